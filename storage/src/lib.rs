@@ -1,0 +1,123 @@
+//! The storage layer: the one narrow interface through which every byte that
+//! reaches durable media passes.
+//!
+//! A store is a set of numbered *segments* (append-only files) and a few small
+//! *meta* blobs replaced atomically. Segments are written once, front to back,
+//! and never modified afterwards except by deletion, which is the shape an
+//! object store (S3 and friends) can also offer: a segment that is no longer
+//! appended to can be uploaded as one immutable object.
+//!
+//! Three implementations live here:
+//! - [`LocalDir`]: a directory on a local file system (the default);
+//! - [`MemoryStorage`]: everything in RAM, every write immediately "durable";
+//! - [`SimStorage`]: a crash simulator that remembers what was synced, can drop,
+//!   reorder and tear un-synced writes on a simulated crash, and can fail any
+//!   call with EIO or ENOSPC on purpose.
+
+mod error;
+mod local;
+mod memory;
+mod sim;
+
+pub use error::{Corruption, Error, IoError};
+pub use local::LocalDir;
+pub use memory::MemoryStorage;
+pub use sim::{Fault, SimStorage};
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+/// Number of a segment. Segment ids are unique for the lifetime of a store and
+/// only ever grow: a new segment always gets a larger id than any before it.
+pub type SegmentId = u64;
+
+/// Largest segment id the file naming and page addresses can carry (2^32 - 1).
+pub const MAX_SEGMENT_ID: SegmentId = u32::MAX as u64;
+
+/// Where durable bytes live. Every implementation must make these promises:
+///
+/// - `create_segment` returns only when the new, empty segment's *existence* is
+///   durable (for a directory: the file is created and the directory fsynced).
+/// - `SegmentWriter::append` adds bytes at the end; they may be lost on a crash
+///   until `SegmentWriter::sync` returns. If `append` fails, the segment's bytes
+///   past its previous length are unspecified, and the writer must not be used
+///   to append again (callers start a new segment instead).
+/// - `SegmentWriter::sync` returns only when every byte appended before it is
+///   durable (fdatasync).
+/// - `delete_segment` returns when the deletion is durable.
+/// - `write_meta` atomically replaces a small named blob and is durable on return.
+/// - `SegmentReader::read_at` sees every byte appended so far by this process.
+pub trait Storage: Send + Sync + Debug {
+    /// Ids of every segment present, in ascending order.
+    fn list_segments(&self) -> Result<Vec<SegmentId>, IoError>;
+    /// Creates a new empty segment; fails if `id` already exists.
+    fn create_segment(&self, id: SegmentId) -> Result<Box<dyn SegmentWriter>, IoError>;
+    /// Opens an existing segment for positioned reads.
+    fn open_segment(&self, id: SegmentId) -> Result<Arc<dyn SegmentReader>, IoError>;
+    /// Removes a segment.
+    fn delete_segment(&self, id: SegmentId) -> Result<(), IoError>;
+    /// Reads a small named blob, `None` if it was never written.
+    fn read_meta(&self, name: &str) -> Result<Option<Vec<u8>>, IoError>;
+    /// Atomically and durably replaces a small named blob.
+    fn write_meta(&self, name: &str, bytes: &[u8]) -> Result<(), IoError>;
+    /// Human-readable name of a segment, used in error messages.
+    fn segment_name(&self, id: SegmentId) -> String;
+}
+
+/// Appends to one segment. Dropping it closes the segment for writing.
+pub trait SegmentWriter: Send {
+    fn append(&mut self, bytes: &[u8]) -> Result<(), IoError>;
+    fn sync(&mut self) -> Result<(), IoError>;
+    /// Bytes in the segment, counting every successful append.
+    fn len(&self) -> u64;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Positioned reads from one segment; shared between threads.
+pub trait SegmentReader: Send + Sync {
+    /// Fills `buf` from `offset`; fails (kind `UnexpectedEof`) if the segment is shorter.
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), IoError>;
+    /// Current length of the segment.
+    fn len(&self) -> Result<u64, IoError>;
+}
+
+/// Reads `len` bytes at `offset` into a new buffer.
+pub fn read_vec(reader: &dyn SegmentReader, offset: u64, len: usize) -> Result<Vec<u8>, IoError> {
+    let mut buf = vec![0u8; len];
+    reader.read_at(offset, &mut buf)?;
+    Ok(buf)
+}
+
+/// File name of a segment in a directory store; also used by the other backends
+/// so that messages name segments the same way everywhere.
+pub fn segment_file_name(id: SegmentId) -> String {
+    format!("{id:010}.seg")
+}
+
+/// Parses a name made by [`segment_file_name`].
+pub fn parse_segment_file_name(name: &str) -> Option<SegmentId> {
+    let digits = name.strip_suffix(".seg")?;
+    if digits.len() != 10 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let id: SegmentId = digits.parse().ok()?;
+    (id <= MAX_SEGMENT_ID).then_some(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segment_names_round_trip() {
+        for id in [0, 1, 42, MAX_SEGMENT_ID] {
+            assert_eq!(parse_segment_file_name(&segment_file_name(id)), Some(id));
+        }
+        assert_eq!(parse_segment_file_name("12.seg"), None);
+        assert_eq!(parse_segment_file_name("000000001x.seg"), None);
+        assert_eq!(parse_segment_file_name("0000000001.log"), None);
+        assert_eq!(parse_segment_file_name("9999999999.seg"), None);
+    }
+}

@@ -1,0 +1,391 @@
+//! A store in a directory of the local file system.
+//!
+//! Layout: one file per segment (`0000000007.seg`), one file per meta blob, and
+//! `LOCK`, which an exclusive (writer) or shared (reader) advisory lock is held
+//! on for as long as the store is open, so two processes never write one store.
+
+use crate::{
+    parse_segment_file_name, segment_file_name, IoError, SegmentId, SegmentReader, SegmentWriter,
+    Storage,
+};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+const LOCK_FILE: &str = "LOCK";
+
+#[derive(Debug)]
+pub struct LocalDir {
+    dir: PathBuf,
+    read_only: bool,
+    /// Held for the life of the store; the lock is released when it is dropped.
+    _lock: Option<File>,
+    /// One open file per segment read, so a read is one `pread`, never an open.
+    /// Bounded by the number of segments in the store.
+    readers: Mutex<HashMap<SegmentId, Arc<LocalReader>>>,
+}
+
+impl LocalDir {
+    /// Opens `dir` for reading and writing, creating it if it does not exist,
+    /// and takes the store's exclusive lock.
+    pub fn open(dir: impl AsRef<Path>) -> Result<Self, IoError> {
+        let dir = dir.as_ref().to_path_buf();
+        let shown = dir.display().to_string();
+        match fs::metadata(&dir) {
+            Ok(m) if !m.is_dir() => {
+                return Err(IoError::new(
+                    "open store directory",
+                    shown,
+                    io::Error::new(
+                        io::ErrorKind::NotADirectory,
+                        "exists but is not a directory",
+                    ),
+                ))
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                fs::create_dir_all(&dir)
+                    .map_err(|e| IoError::new("create directory", &shown, e))?;
+                if let Some(parent) = dir.parent() {
+                    if !parent.as_os_str().is_empty() {
+                        sync_dir(parent)?;
+                    }
+                }
+            }
+            Err(e) => return Err(IoError::new("open store directory", shown, e)),
+        }
+        let lock_path = dir.join(LOCK_FILE);
+        let lock = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&lock_path)
+            .map_err(|e| IoError::new("open lock file", lock_path.display().to_string(), e))?;
+        lock.try_lock().map_err(|e| lock_error(&lock_path, e))?;
+        Ok(LocalDir {
+            dir,
+            read_only: false,
+            _lock: Some(lock),
+            readers: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Opens an existing directory for reading only: nothing is created or
+    /// written, and writing calls fail. Takes a shared lock when the lock file
+    /// exists, so it cannot open a store a writer holds.
+    pub fn open_read_only(dir: impl AsRef<Path>) -> Result<Self, IoError> {
+        let dir = dir.as_ref().to_path_buf();
+        let shown = dir.display().to_string();
+        let meta =
+            fs::metadata(&dir).map_err(|e| IoError::new("open store directory", &shown, e))?;
+        if !meta.is_dir() {
+            return Err(IoError::new(
+                "open store directory",
+                shown,
+                io::Error::new(
+                    io::ErrorKind::NotADirectory,
+                    "exists but is not a directory",
+                ),
+            ));
+        }
+        let lock_path = dir.join(LOCK_FILE);
+        let lock = match File::open(&lock_path) {
+            Ok(f) => {
+                f.try_lock_shared().map_err(|e| lock_error(&lock_path, e))?;
+                Some(f)
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => {
+                return Err(IoError::new(
+                    "open lock file",
+                    lock_path.display().to_string(),
+                    e,
+                ))
+            }
+        };
+        Ok(LocalDir {
+            dir,
+            read_only: true,
+            _lock: lock,
+            readers: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Names in the directory that are neither segments, meta blobs named in
+    /// `known_meta`, nor the lock file: a sign the directory is not (only) a store.
+    pub fn foreign_entries(&self, known_meta: &[&str]) -> Result<Vec<String>, IoError> {
+        let mut out = Vec::new();
+        for entry in self.entries()? {
+            let name = entry;
+            if name == LOCK_FILE
+                || parse_segment_file_name(&name).is_some()
+                || known_meta
+                    .iter()
+                    .any(|m| *m == name || format!("{m}.tmp") == name)
+            {
+                continue;
+            }
+            out.push(name);
+        }
+        Ok(out)
+    }
+
+    fn entries(&self) -> Result<Vec<String>, IoError> {
+        let shown = self.dir.display().to_string();
+        let mut names = Vec::new();
+        for entry in
+            fs::read_dir(&self.dir).map_err(|e| IoError::new("list directory", &shown, e))?
+        {
+            let entry = entry.map_err(|e| IoError::new("list directory", &shown, e))?;
+            names.push(entry.file_name().to_string_lossy().into_owned());
+        }
+        Ok(names)
+    }
+
+    fn check_writable(&self, op: &'static str, target: &str) -> Result<(), IoError> {
+        if self.read_only {
+            return Err(IoError::new(
+                op,
+                target,
+                io::Error::new(io::ErrorKind::ReadOnlyFilesystem, "store opened read-only"),
+            ));
+        }
+        Ok(())
+    }
+
+    fn shown(&self, name: &str) -> String {
+        self.dir.join(name).display().to_string()
+    }
+}
+
+fn lock_error(path: &Path, e: fs::TryLockError) -> IoError {
+    let source = match e {
+        fs::TryLockError::WouldBlock => io::Error::new(
+            io::ErrorKind::WouldBlock,
+            "the store is in use by another process (its lock is held)",
+        ),
+        fs::TryLockError::Error(e) => e,
+    };
+    IoError::new("lock store", path.display().to_string(), source)
+}
+
+/// fsync of a directory, so that creations, renames and deletions in it are durable.
+fn sync_dir(dir: &Path) -> Result<(), IoError> {
+    let f = File::open(dir)
+        .map_err(|e| IoError::new("open directory", dir.display().to_string(), e))?;
+    f.sync_all()
+        .map_err(|e| IoError::new("fsync directory", dir.display().to_string(), e))
+}
+
+impl Storage for LocalDir {
+    fn list_segments(&self) -> Result<Vec<SegmentId>, IoError> {
+        let mut ids: Vec<SegmentId> = self
+            .entries()?
+            .iter()
+            .filter_map(|n| parse_segment_file_name(n))
+            .collect();
+        ids.sort_unstable();
+        Ok(ids)
+    }
+
+    fn create_segment(&self, id: SegmentId) -> Result<Box<dyn SegmentWriter>, IoError> {
+        let name = segment_file_name(id);
+        let shown = self.shown(&name);
+        self.check_writable("create segment", &shown)?;
+        let file = OpenOptions::new()
+            .append(true)
+            .create_new(true)
+            .open(self.dir.join(&name))
+            .map_err(|e| IoError::new("create segment", &shown, e))?;
+        sync_dir(&self.dir)?;
+        Ok(Box::new(LocalWriter {
+            file,
+            name: shown,
+            len: 0,
+        }))
+    }
+
+    fn open_segment(&self, id: SegmentId) -> Result<Arc<dyn SegmentReader>, IoError> {
+        let mut readers = self.readers.lock();
+        if let Some(r) = readers.get(&id) {
+            return Ok(r.clone());
+        }
+        let shown = self.shown(&segment_file_name(id));
+        let file = File::open(self.dir.join(segment_file_name(id)))
+            .map_err(|e| IoError::new("open segment", &shown, e))?;
+        let reader = Arc::new(LocalReader { file, name: shown });
+        readers.insert(id, reader.clone());
+        Ok(reader)
+    }
+
+    fn delete_segment(&self, id: SegmentId) -> Result<(), IoError> {
+        let name = segment_file_name(id);
+        let shown = self.shown(&name);
+        self.check_writable("delete segment", &shown)?;
+        self.readers.lock().remove(&id);
+        fs::remove_file(self.dir.join(&name))
+            .map_err(|e| IoError::new("delete segment", &shown, e))?;
+        sync_dir(&self.dir)
+    }
+
+    fn read_meta(&self, name: &str) -> Result<Option<Vec<u8>>, IoError> {
+        match fs::read(self.dir.join(name)) {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(IoError::new("read", self.shown(name), e)),
+        }
+    }
+
+    fn write_meta(&self, name: &str, bytes: &[u8]) -> Result<(), IoError> {
+        let shown = self.shown(name);
+        self.check_writable("write", &shown)?;
+        let tmp = self.dir.join(format!("{name}.tmp"));
+        let tmp_shown = tmp.display().to_string();
+        let mut f = File::create(&tmp).map_err(|e| IoError::new("create", &tmp_shown, e))?;
+        f.write_all(bytes)
+            .map_err(|e| IoError::new("write", &tmp_shown, e))?;
+        f.sync_all()
+            .map_err(|e| IoError::new("fsync", &tmp_shown, e))?;
+        drop(f);
+        fs::rename(&tmp, self.dir.join(name))
+            .map_err(|e| IoError::new("rename into", &shown, e))?;
+        sync_dir(&self.dir)
+    }
+
+    fn segment_name(&self, id: SegmentId) -> String {
+        self.shown(&segment_file_name(id))
+    }
+}
+
+struct LocalWriter {
+    file: File,
+    name: String,
+    len: u64,
+}
+
+impl SegmentWriter for LocalWriter {
+    fn append(&mut self, bytes: &[u8]) -> Result<(), IoError> {
+        self.file
+            .write_all(bytes)
+            .map_err(|e| IoError::new("append to", &self.name, e))?;
+        self.len += bytes.len() as u64;
+        Ok(())
+    }
+
+    fn sync(&mut self) -> Result<(), IoError> {
+        self.file
+            .sync_data()
+            .map_err(|e| IoError::new("fdatasync", &self.name, e))
+    }
+
+    fn len(&self) -> u64 {
+        self.len
+    }
+}
+
+#[derive(Debug)]
+struct LocalReader {
+    file: File,
+    name: String,
+}
+
+impl SegmentReader for LocalReader {
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), IoError> {
+        self.file
+            .read_exact_at(buf, offset)
+            .map_err(|e| IoError::new("read", &self.name, e))
+    }
+
+    fn len(&self) -> Result<u64, IoError> {
+        Ok(self
+            .file
+            .metadata()
+            .map_err(|e| IoError::new("stat", &self.name, e))?
+            .len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segments_round_trip_and_are_listed_in_order() {
+        let tmp = tempfile::tempdir().unwrap();
+        let s = LocalDir::open(tmp.path()).unwrap();
+        let mut w = s.create_segment(7).unwrap();
+        w.append(b"hello ").unwrap();
+        w.append(b"world").unwrap();
+        w.sync().unwrap();
+        assert_eq!(w.len(), 11);
+        s.create_segment(3).unwrap();
+        assert_eq!(s.list_segments().unwrap(), vec![3, 7]);
+        let r = s.open_segment(7).unwrap();
+        let mut buf = [0u8; 5];
+        r.read_at(6, &mut buf).unwrap();
+        assert_eq!(&buf, b"world");
+        assert_eq!(
+            r.read_at(8, &mut buf).unwrap_err().kind(),
+            io::ErrorKind::UnexpectedEof
+        );
+        assert!(s.create_segment(7).is_err(), "a segment id is never reused");
+        s.delete_segment(3).unwrap();
+        assert_eq!(s.list_segments().unwrap(), vec![7]);
+    }
+
+    #[test]
+    fn meta_is_replaced_whole() {
+        let tmp = tempfile::tempdir().unwrap();
+        let s = LocalDir::open(tmp.path()).unwrap();
+        assert_eq!(s.read_meta("KIVI").unwrap(), None);
+        s.write_meta("KIVI", b"one").unwrap();
+        s.write_meta("KIVI", b"two").unwrap();
+        assert_eq!(s.read_meta("KIVI").unwrap().as_deref(), Some(&b"two"[..]));
+        assert!(s.foreign_entries(&["KIVI"]).unwrap().is_empty());
+        fs::write(tmp.path().join("notes.txt"), b"x").unwrap();
+        assert_eq!(
+            s.foreign_entries(&["KIVI"]).unwrap(),
+            vec!["notes.txt".to_string()]
+        );
+    }
+
+    #[test]
+    fn second_writer_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let _first = LocalDir::open(tmp.path()).unwrap();
+        let err = LocalDir::open(tmp.path()).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::WouldBlock);
+        assert!(
+            err.to_string().contains("in use by another process"),
+            "{err}"
+        );
+        assert!(LocalDir::open_read_only(tmp.path()).is_err());
+    }
+
+    #[test]
+    fn a_file_is_not_a_store_directory() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("plain");
+        fs::write(&file, b"x").unwrap();
+        let err = LocalDir::open(&file).unwrap_err();
+        assert!(err.to_string().contains("not a directory"), "{err}");
+    }
+
+    #[test]
+    fn read_only_refuses_writes() {
+        let tmp = tempfile::tempdir().unwrap();
+        drop(LocalDir::open(tmp.path()).unwrap());
+        let s = LocalDir::open_read_only(tmp.path()).unwrap();
+        assert!(s.create_segment(1).is_err());
+        assert!(s.write_meta("KIVI", b"x").is_err());
+    }
+}

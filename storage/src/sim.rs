@@ -1,0 +1,542 @@
+//! The crash simulator: a storage backend for tests that models what a real
+//! disk may do to data that was written but not yet synced, and that fails
+//! calls on purpose.
+//!
+//! Model (the contract of [`Storage`] read pessimistically):
+//! - every append goes to a list of *pending* writes of its segment; `sync`
+//!   makes all of them durable;
+//! - [`SimStorage::crash`] returns the disk as a restarted machine would find
+//!   it: the synced bytes of every segment, plus an arbitrary subset of the
+//!   pending writes, applied in an arbitrary order, the last one applied torn
+//!   at an arbitrary byte; a gap left by a dropped write reads as zeros, as a
+//!   file hole does;
+//! - a segment whose creation did not complete (the directory sync failed) may
+//!   or may not exist after the crash; a failed deletion leaves it in place;
+//! - any call can be made to fail with EIO or ENOSPC ([`SimStorage::inject`]),
+//!   and a byte quota turns appends past it into ENOSPC. A failing append
+//!   leaves a random prefix of its bytes behind, as a short write would.
+//!
+//! The handle used before a crash is dead afterwards: every call fails, so a
+//! store that is still running cannot touch the "rebooted" disk.
+
+use crate::{segment_file_name, IoError, SegmentId, SegmentReader, SegmentWriter, Storage};
+use parking_lot::Mutex;
+use rand::{Rng, RngExt};
+use std::collections::{BTreeMap, HashMap};
+use std::io;
+use std::sync::Arc;
+
+/// How an injected failure shows itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// EIO: the device failed.
+    Io,
+    /// ENOSPC: no space left.
+    NoSpace,
+}
+
+impl Fault {
+    fn error(self) -> io::Error {
+        match self {
+            Fault::Io => io::Error::other("injected EIO"),
+            Fault::NoSpace => io::Error::new(io::ErrorKind::StorageFull, "injected ENOSPC"),
+        }
+    }
+}
+
+/// The kinds of call a fault can be aimed at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    List,
+    Create,
+    Open,
+    Delete,
+    ReadMeta,
+    WriteMeta,
+    Append,
+    Sync,
+    Read,
+}
+
+#[derive(Debug, Clone)]
+struct Rule {
+    op: Option<Op>,
+    /// Matching calls to let through before failing.
+    skip: u64,
+    fault: Fault,
+    /// Keep failing every matching call once triggered.
+    sticky: bool,
+    fired: bool,
+}
+
+#[derive(Debug, Default)]
+struct SimFile {
+    /// Every byte appended, as the running process sees it.
+    data: Vec<u8>,
+    /// Prefix of `data` that is durable.
+    synced_len: usize,
+    /// Appended ranges past `synced_len`, in the order they were written.
+    pending: Vec<(usize, usize)>,
+    /// False while the creation is not durable.
+    name_durable: bool,
+}
+
+#[derive(Debug, Default)]
+struct SimState {
+    dead: bool,
+    files: BTreeMap<SegmentId, SimFile>,
+    meta: HashMap<String, Vec<u8>>,
+    rules: Vec<Rule>,
+    quota: Option<u64>,
+    calls: u64,
+    reads: u64,
+    syncs: u64,
+}
+
+impl SimState {
+    fn check(&mut self, op: Op, target: &str) -> Result<(), IoError> {
+        self.calls += 1;
+        if self.dead {
+            return Err(IoError::new(
+                op_name(op),
+                target,
+                io::Error::other("simulated machine has crashed"),
+            ));
+        }
+        for rule in &mut self.rules {
+            if rule.op.is_some_and(|o| o != op) {
+                continue;
+            }
+            if rule.fired {
+                if rule.sticky {
+                    return Err(IoError::new(op_name(op), target, rule.fault.error()));
+                }
+                continue;
+            }
+            if rule.skip > 0 {
+                rule.skip -= 1;
+                continue;
+            }
+            rule.fired = true;
+            return Err(IoError::new(op_name(op), target, rule.fault.error()));
+        }
+        Ok(())
+    }
+
+    fn total_bytes(&self) -> u64 {
+        self.files.values().map(|f| f.data.len() as u64).sum()
+    }
+}
+
+fn op_name(op: Op) -> &'static str {
+    match op {
+        Op::List => "list segments",
+        Op::Create => "create segment",
+        Op::Open => "open segment",
+        Op::Delete => "delete segment",
+        Op::ReadMeta => "read",
+        Op::WriteMeta => "write",
+        Op::Append => "append to",
+        Op::Sync => "fdatasync",
+        Op::Read => "read",
+    }
+}
+
+/// A simulated disk; clones share it.
+#[derive(Debug, Clone, Default)]
+pub struct SimStorage {
+    state: Arc<Mutex<SimState>>,
+}
+
+impl SimStorage {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Fails the matching call that comes after `skip` matching calls (`op`
+    /// `None` matches every kind of call). With `sticky`, every matching call
+    /// after that fails too.
+    pub fn inject(&self, op: Option<Op>, skip: u64, fault: Fault, sticky: bool) {
+        self.state.lock().rules.push(Rule {
+            op,
+            skip,
+            fault,
+            sticky,
+            fired: false,
+        });
+    }
+
+    /// Removes every injected fault and the quota: the "disk" works again.
+    pub fn heal(&self) {
+        let mut st = self.state.lock();
+        st.rules.clear();
+        st.quota = None;
+    }
+
+    /// Appends that would take the segments' total size past `bytes` fail with ENOSPC.
+    pub fn set_quota(&self, bytes: Option<u64>) {
+        self.state.lock().quota = bytes;
+    }
+
+    /// Calls made so far (of any kind), positioned reads, and syncs.
+    pub fn counters(&self) -> (u64, u64, u64) {
+        let st = self.state.lock();
+        (st.calls, st.reads, st.syncs)
+    }
+
+    /// Total bytes in all segments, as the running process sees them.
+    pub fn total_bytes(&self) -> u64 {
+        self.state.lock().total_bytes()
+    }
+
+    /// Pending (appended, not synced) writes across all segments.
+    pub fn pending_writes(&self) -> usize {
+        self.state
+            .lock()
+            .files
+            .values()
+            .map(|f| f.pending.len())
+            .sum()
+    }
+
+    /// Simulates power loss: returns the disk a restarted machine sees, chosen
+    /// with `rng`, and kills this handle.
+    pub fn crash(&self, rng: &mut impl Rng) -> SimStorage {
+        let mut st = self.state.lock();
+        st.dead = true;
+        let mut files = BTreeMap::new();
+        for (&id, f) in &st.files {
+            if !f.name_durable && rng.random_bool(0.5) {
+                continue;
+            }
+            let mut data = f.data[..f.synced_len].to_vec();
+            // Any subset of the pending writes, in any order, the last one torn.
+            let mut chosen: Vec<(usize, usize)> = f
+                .pending
+                .iter()
+                .copied()
+                .filter(|_| rng.random_bool(0.5))
+                .collect();
+            shuffle(&mut chosen, rng);
+            let n = chosen.len();
+            for (i, (start, end)) in chosen.into_iter().enumerate() {
+                let end = if i + 1 == n {
+                    start + rng.random_range(0..=end - start)
+                } else {
+                    end
+                };
+                if data.len() < end {
+                    data.resize(end, 0);
+                }
+                data[start..end].copy_from_slice(&f.data[start..end]);
+            }
+            let synced_len = data.len();
+            files.insert(
+                id,
+                SimFile {
+                    data,
+                    synced_len,
+                    pending: Vec::new(),
+                    name_durable: true,
+                },
+            );
+        }
+        let after = SimState {
+            files,
+            meta: st.meta.clone(),
+            ..SimState::default()
+        };
+        SimStorage {
+            state: Arc::new(Mutex::new(after)),
+        }
+    }
+
+    /// Overwrites bytes of a segment in place, as media corruption would. For tests.
+    pub fn corrupt(&self, id: SegmentId, offset: usize, bytes: &[u8]) {
+        let mut st = self.state.lock();
+        let f = st.files.get_mut(&id).expect("corrupt: no such segment");
+        f.data[offset..offset + bytes.len()].copy_from_slice(bytes);
+    }
+
+    /// Current bytes of a segment, as the running process sees them. For tests.
+    pub fn segment_bytes(&self, id: SegmentId) -> Option<Vec<u8>> {
+        self.state.lock().files.get(&id).map(|f| f.data.clone())
+    }
+}
+
+fn shuffle<T>(v: &mut [T], rng: &mut impl Rng) {
+    for i in (1..v.len()).rev() {
+        let j = rng.random_range(0..=i);
+        v.swap(i, j);
+    }
+}
+
+impl Storage for SimStorage {
+    fn list_segments(&self) -> Result<Vec<SegmentId>, IoError> {
+        let mut st = self.state.lock();
+        st.check(Op::List, "store")?;
+        Ok(st.files.keys().copied().collect())
+    }
+
+    fn create_segment(&self, id: SegmentId) -> Result<Box<dyn SegmentWriter>, IoError> {
+        let name = segment_file_name(id);
+        let mut st = self.state.lock();
+        st.check(Op::Create, &name)?;
+        if st.files.contains_key(&id) {
+            return Err(IoError::new(
+                "create segment",
+                name,
+                io::Error::from(io::ErrorKind::AlreadyExists),
+            ));
+        }
+        st.files.insert(
+            id,
+            SimFile {
+                name_durable: true,
+                ..SimFile::default()
+            },
+        );
+        Ok(Box::new(SimWriter {
+            state: self.state.clone(),
+            id,
+            name,
+            len: 0,
+            broken: false,
+        }))
+    }
+
+    fn open_segment(&self, id: SegmentId) -> Result<Arc<dyn SegmentReader>, IoError> {
+        let name = segment_file_name(id);
+        let mut st = self.state.lock();
+        st.check(Op::Open, &name)?;
+        if !st.files.contains_key(&id) {
+            return Err(IoError::new(
+                "open segment",
+                name,
+                io::Error::from(io::ErrorKind::NotFound),
+            ));
+        }
+        Ok(Arc::new(SimReader {
+            state: self.state.clone(),
+            id,
+            name,
+        }))
+    }
+
+    fn delete_segment(&self, id: SegmentId) -> Result<(), IoError> {
+        let name = segment_file_name(id);
+        let mut st = self.state.lock();
+        st.check(Op::Delete, &name)?;
+        st.files.remove(&id).map(|_| ()).ok_or_else(|| {
+            IoError::new(
+                "delete segment",
+                name,
+                io::Error::from(io::ErrorKind::NotFound),
+            )
+        })
+    }
+
+    fn read_meta(&self, name: &str) -> Result<Option<Vec<u8>>, IoError> {
+        let mut st = self.state.lock();
+        st.check(Op::ReadMeta, name)?;
+        Ok(st.meta.get(name).cloned())
+    }
+
+    fn write_meta(&self, name: &str, bytes: &[u8]) -> Result<(), IoError> {
+        let mut st = self.state.lock();
+        st.check(Op::WriteMeta, name)?;
+        st.meta.insert(name.to_string(), bytes.to_vec());
+        Ok(())
+    }
+
+    fn segment_name(&self, id: SegmentId) -> String {
+        segment_file_name(id)
+    }
+}
+
+struct SimWriter {
+    state: Arc<Mutex<SimState>>,
+    id: SegmentId,
+    name: String,
+    len: u64,
+    /// Set after a failed append: the contract forbids appending again.
+    broken: bool,
+}
+
+impl SegmentWriter for SimWriter {
+    fn append(&mut self, bytes: &[u8]) -> Result<(), IoError> {
+        assert!(
+            !self.broken,
+            "append after a failed append to {}",
+            self.name
+        );
+        let mut st = self.state.lock();
+        let quota_hit = st
+            .quota
+            .is_some_and(|q| st.total_bytes() + bytes.len() as u64 > q);
+        let result = match st.check(Op::Append, &self.name) {
+            Ok(()) if quota_hit => Err(IoError::new(
+                "append to",
+                &self.name,
+                Fault::NoSpace.error(),
+            )),
+            r => r,
+        };
+        // A failed append may still leave a prefix of its bytes behind.
+        let kept = match &result {
+            Ok(()) => bytes.len(),
+            Err(_) if st.dead => return result,
+            Err(_) => {
+                self.broken = true;
+                rand::rng().random_range(0..=bytes.len())
+            }
+        };
+        let f = st
+            .files
+            .get_mut(&self.id)
+            .expect("segment vanished under its writer");
+        let start = f.data.len();
+        f.data.extend_from_slice(&bytes[..kept]);
+        if kept > 0 {
+            f.pending.push((start, start + kept));
+        }
+        result.map(|()| self.len += bytes.len() as u64)
+    }
+
+    fn sync(&mut self) -> Result<(), IoError> {
+        let mut st = self.state.lock();
+        st.check(Op::Sync, &self.name)?;
+        st.syncs += 1;
+        let f = st
+            .files
+            .get_mut(&self.id)
+            .expect("segment vanished under its writer");
+        f.synced_len = f.data.len();
+        f.pending.clear();
+        Ok(())
+    }
+
+    fn len(&self) -> u64 {
+        self.len
+    }
+}
+
+struct SimReader {
+    state: Arc<Mutex<SimState>>,
+    id: SegmentId,
+    name: String,
+}
+
+impl SegmentReader for SimReader {
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), IoError> {
+        let mut st = self.state.lock();
+        st.check(Op::Read, &self.name)?;
+        st.reads += 1;
+        let f = st.files.get(&self.id).ok_or_else(|| {
+            IoError::new("read", &self.name, io::Error::from(io::ErrorKind::NotFound))
+        })?;
+        let end = offset
+            .checked_add(buf.len() as u64)
+            .filter(|&e| e <= f.data.len() as u64);
+        match end {
+            Some(end) => {
+                buf.copy_from_slice(&f.data[offset as usize..end as usize]);
+                Ok(())
+            }
+            None => Err(IoError::new(
+                "read",
+                &self.name,
+                io::Error::from(io::ErrorKind::UnexpectedEof),
+            )),
+        }
+    }
+
+    fn len(&self) -> Result<u64, IoError> {
+        let mut st = self.state.lock();
+        st.check(Op::Read, &self.name)?;
+        Ok(st.files.get(&self.id).map_or(0, |f| f.data.len() as u64))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+
+    fn rng(seed: u64) -> rand::rngs::StdRng {
+        rand::rngs::StdRng::seed_from_u64(seed)
+    }
+
+    #[test]
+    fn synced_bytes_always_survive() {
+        for seed in 0..200 {
+            let sim = SimStorage::new();
+            let mut w = sim.create_segment(1).unwrap();
+            w.append(b"durable").unwrap();
+            w.sync().unwrap();
+            w.append(b"-maybe1").unwrap();
+            w.append(b"-maybe2").unwrap();
+            let after = sim.crash(&mut rng(seed));
+            let bytes = after.segment_bytes(1).unwrap();
+            assert!(bytes.starts_with(b"durable"), "seed {seed}: {bytes:?}");
+            assert!(bytes.len() <= b"durable-maybe1-maybe2".len());
+        }
+    }
+
+    #[test]
+    fn unsynced_writes_are_dropped_reordered_and_torn() {
+        let mut seen_lost = false;
+        let mut seen_hole = false;
+        let mut seen_torn = false;
+        let mut seen_all = false;
+        for seed in 0..500 {
+            let sim = SimStorage::new();
+            let mut w = sim.create_segment(1).unwrap();
+            w.append(b"AAAA").unwrap();
+            w.append(b"BBBB").unwrap();
+            let bytes = sim.crash(&mut rng(seed)).segment_bytes(1).unwrap();
+            match bytes.as_slice() {
+                b"" => seen_lost = true,
+                b"AAAABBBB" => seen_all = true,
+                [0, 0, 0, 0, rest @ ..] if !rest.is_empty() => seen_hole = true,
+                b if b.len() % 4 != 0 => seen_torn = true,
+                _ => {}
+            }
+        }
+        assert!(seen_lost && seen_hole && seen_torn && seen_all);
+    }
+
+    #[test]
+    fn the_crashed_handle_is_dead() {
+        let sim = SimStorage::new();
+        let mut w = sim.create_segment(1).unwrap();
+        let _after = sim.crash(&mut rng(1));
+        assert!(w.append(b"x").is_err());
+        assert!(sim.list_segments().is_err());
+    }
+
+    #[test]
+    fn injected_faults_fire_once_or_stick() {
+        let sim = SimStorage::new();
+        sim.inject(Some(Op::Sync), 1, Fault::Io, false);
+        let mut w = sim.create_segment(1).unwrap();
+        w.sync().unwrap();
+        assert!(w.sync().is_err());
+        w.sync().unwrap();
+        sim.inject(Some(Op::Create), 0, Fault::NoSpace, true);
+        assert!(sim.create_segment(2).err().unwrap().is_full());
+        assert!(sim.create_segment(3).err().unwrap().is_full());
+        sim.heal();
+        sim.create_segment(3).unwrap();
+    }
+
+    #[test]
+    fn quota_makes_appends_fail_with_enospc() {
+        let sim = SimStorage::new();
+        sim.set_quota(Some(10));
+        let mut w = sim.create_segment(1).unwrap();
+        w.append(b"12345678").unwrap();
+        assert!(w.append(b"abcdef").unwrap_err().is_full());
+        assert_eq!(w.len(), 8);
+    }
+}
