@@ -1,0 +1,187 @@
+//! Bounds-checked decoding of untrusted bytes, and the matching encoders.
+//!
+//! Every decoder in kivi reads through [`Reader`], which never panics and
+//! never allocates more than the input it was given: a forged length is an
+//! error, not an allocation.
+//!
+//! Varints are LEB128 (7 bits a byte, low bits first). They are written here
+//! rather than taken from a crate because the decoder must refuse overlong and
+//! overflowing encodings from hostile input, which is ten lines.
+
+use std::fmt;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecodeError {
+    /// Offset inside the decoded buffer where the problem was found.
+    pub at: usize,
+    pub what: &'static str,
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (at byte {} of the record)", self.what, self.at)
+    }
+}
+
+impl std::error::Error for DecodeError {}
+
+pub struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    pub fn new(buf: &'a [u8]) -> Self {
+        Reader { buf, pos: 0 }
+    }
+
+    pub fn pos(&self) -> usize {
+        self.pos
+    }
+
+    pub fn remaining(&self) -> usize {
+        self.buf.len() - self.pos
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.remaining() == 0
+    }
+
+    pub fn err(&self, what: &'static str) -> DecodeError {
+        DecodeError { at: self.pos, what }
+    }
+
+    pub fn bytes(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
+        if n > self.remaining() {
+            return Err(self.err("length runs past the end"));
+        }
+        let out = &self.buf[self.pos..self.pos + n];
+        self.pos += n;
+        Ok(out)
+    }
+
+    pub fn u8(&mut self) -> Result<u8, DecodeError> {
+        Ok(self.bytes(1)?[0])
+    }
+
+    pub fn u32(&mut self) -> Result<u32, DecodeError> {
+        Ok(u32::from_le_bytes(
+            self.bytes(4)?.try_into().expect("4 bytes"),
+        ))
+    }
+
+    pub fn u64(&mut self) -> Result<u64, DecodeError> {
+        Ok(u64::from_le_bytes(
+            self.bytes(8)?.try_into().expect("8 bytes"),
+        ))
+    }
+
+    pub fn varint(&mut self) -> Result<u64, DecodeError> {
+        let mut value = 0u64;
+        for i in 0..10 {
+            let b = self.u8()?;
+            let bits = u64::from(b & 0x7f);
+            if i == 9 && b > 1 {
+                return Err(self.err("varint overflows 64 bits"));
+            }
+            value |= bits << (7 * i);
+            if b & 0x80 == 0 {
+                if b == 0 && i > 0 {
+                    return Err(self.err("overlong varint"));
+                }
+                return Ok(value);
+            }
+        }
+        Err(self.err("varint longer than 10 bytes"))
+    }
+
+    /// A varint that must fit `usize` and be at most `max`.
+    pub fn len(&mut self, max: usize) -> Result<usize, DecodeError> {
+        let v = self.varint()?;
+        if v > max as u64 {
+            return Err(self.err("length over its limit"));
+        }
+        Ok(v as usize)
+    }
+
+    /// A varint length followed by that many bytes.
+    pub fn len_bytes(&mut self, max: usize) -> Result<&'a [u8], DecodeError> {
+        let n = self.len(max)?;
+        self.bytes(n)
+    }
+
+    pub fn expect_end(&self) -> Result<(), DecodeError> {
+        if self.remaining() != 0 {
+            return Err(self.err("bytes left over after the last field"));
+        }
+        Ok(())
+    }
+}
+
+pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+pub fn varint_len(mut v: u64) -> usize {
+    let mut n = 1;
+    while v >= 0x80 {
+        v >>= 7;
+        n += 1;
+    }
+    n
+}
+
+pub fn put_len_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
+    put_varint(out, bytes.len() as u64);
+    out.extend_from_slice(bytes);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn varints_round_trip(v: u64) {
+            let mut out = Vec::new();
+            put_varint(&mut out, v);
+            prop_assert_eq!(out.len(), varint_len(v));
+            let mut r = Reader::new(&out);
+            prop_assert_eq!(r.varint().unwrap(), v);
+            prop_assert!(r.is_empty());
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let mut r = Reader::new(&bytes);
+            while !r.is_empty() {
+                if r.varint().is_err() { break; }
+            }
+            let mut r = Reader::new(&bytes);
+            let _ = r.len_bytes(usize::MAX);
+        }
+    }
+
+    #[test]
+    fn overlong_and_overflowing_varints_are_refused() {
+        assert!(Reader::new(&[0x80, 0x00]).varint().is_err());
+        assert!(Reader::new(&[0xff; 10]).varint().is_err());
+        assert!(
+            Reader::new(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02])
+                .varint()
+                .is_err()
+        );
+        assert_eq!(
+            Reader::new(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01])
+                .varint()
+                .unwrap(),
+            u64::MAX
+        );
+        assert!(Reader::new(&[0x05]).len(4).is_err());
+    }
+}

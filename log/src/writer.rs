@@ -1,0 +1,202 @@
+//! Appending records to a segment.
+
+use crate::record::{begin_record, finish_record, Addr, PageRef, RecordType};
+use crate::segment::{SegmentHeader, SegmentKind};
+use crate::Error;
+use kivi_storage::{IoError, SegmentId, SegmentWriter, Storage, MAX_SEGMENT_ID};
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Hands out segment ids: each new segment, of any kind, gets the next one.
+#[derive(Debug)]
+pub struct SegmentIds {
+    next: AtomicU64,
+}
+
+impl SegmentIds {
+    /// `highest` is the largest id present in the store (0 if none).
+    pub fn after(highest: SegmentId) -> Self {
+        SegmentIds {
+            next: AtomicU64::new(highest + 1),
+        }
+    }
+
+    pub fn allocate(&self) -> Result<SegmentId, IoError> {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        if id > MAX_SEGMENT_ID {
+            return Err(IoError::new(
+                "allocate segment",
+                format!("id {id}"),
+                io::Error::other("segment ids exhausted"),
+            ));
+        }
+        Ok(id)
+    }
+}
+
+/// Appends records to one segment, either one at a time ([`append_record`])
+/// or buffered ([`buffer_record`] then [`flush`]); the address of a buffered
+/// record is known before it reaches the segment, which lets a checkpoint
+/// encode a parent page with its children's addresses in one pass.
+///
+/// After any failed append or sync the appender is *broken*: nothing more may
+/// be written to the segment, and [`valid_end`] is where its last good record
+/// ends, which the next segment's header records.
+///
+/// [`append_record`]: SegmentAppender::append_record
+/// [`buffer_record`]: SegmentAppender::buffer_record
+/// [`flush`]: SegmentAppender::flush
+/// [`valid_end`]: SegmentAppender::valid_end
+pub struct SegmentAppender {
+    id: SegmentId,
+    kind: SegmentKind,
+    writer: Box<dyn SegmentWriter>,
+    /// Bytes written to the segment, not counting `buf`.
+    written: u64,
+    /// End of the last record known to be good (written, or buffered).
+    good_end: u64,
+    buf: Vec<u8>,
+    broken: bool,
+}
+
+impl SegmentAppender {
+    /// Creates segment `id`, writes its header and syncs it.
+    pub fn create(
+        storage: &dyn Storage,
+        id: SegmentId,
+        store_id: [u8; 16],
+        kind: SegmentKind,
+        prev: Option<(SegmentId, u64)>,
+    ) -> Result<Self, Error> {
+        let (prev_segment, prev_end) = prev.unwrap_or((0, 0));
+        let header = SegmentHeader {
+            store_id,
+            segment: id,
+            kind,
+            prev_segment,
+            prev_end,
+        };
+        let mut writer = storage.create_segment(id)?;
+        let bytes = header.encode();
+        writer.append(&bytes)?;
+        writer.sync()?;
+        let len = bytes.len() as u64;
+        Ok(SegmentAppender {
+            id,
+            kind,
+            writer,
+            written: len,
+            good_end: len,
+            buf: Vec::new(),
+            broken: false,
+        })
+    }
+
+    pub fn id(&self) -> SegmentId {
+        self.id
+    }
+
+    pub fn kind(&self) -> SegmentKind {
+        self.kind
+    }
+
+    /// Length of the segment including buffered records.
+    pub fn len(&self) -> u64 {
+        self.written + self.buf.len() as u64
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn is_broken(&self) -> bool {
+        self.broken
+    }
+
+    /// End of the last record that was written or buffered without error.
+    pub fn valid_end(&self) -> u64 {
+        self.good_end
+    }
+
+    pub fn buffered(&self) -> usize {
+        self.buf.len()
+    }
+
+    fn check_usable(&self) -> Result<(), Error> {
+        if self.broken {
+            return Err(Error::Io(IoError::new(
+                "append to",
+                format!("segment {}", self.id),
+                io::Error::other("segment is closed after an earlier write failure"),
+            )));
+        }
+        Ok(())
+    }
+
+    /// Encodes a record at the end of the buffer with `body` writing its body,
+    /// and returns where it will live. Nothing reaches the segment until `flush`.
+    pub fn buffer_record(&mut self, ty: RecordType, body: impl FnOnce(&mut Vec<u8>)) -> PageRef {
+        let offset = self.len();
+        let start = begin_record(&mut self.buf);
+        body(&mut self.buf);
+        let len = finish_record(&mut self.buf, start, self.id, offset, ty);
+        self.good_end = offset + len as u64;
+        PageRef {
+            addr: Addr::new(self.id, offset),
+            len: len as u32,
+        }
+    }
+
+    /// Writes the buffered records to the segment in one append.
+    pub fn flush(&mut self) -> Result<(), Error> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        self.check_usable()?;
+        if let Err(e) = self.writer.append(&self.buf) {
+            self.broken = true;
+            self.good_end = self.written;
+            self.buf.clear();
+            return Err(e.into());
+        }
+        self.written += self.buf.len() as u64;
+        self.buf.clear();
+        Ok(())
+    }
+
+    /// Writes one record now, in a single append, and returns where it lives.
+    pub fn append_record(
+        &mut self,
+        ty: RecordType,
+        body: impl FnOnce(&mut Vec<u8>),
+    ) -> Result<PageRef, Error> {
+        self.check_usable()?;
+        debug_assert!(self.buf.is_empty(), "append_record with buffered records");
+        let r = self.buffer_record(ty, body);
+        self.flush()?;
+        // Keep the buffer's capacity for the next record, but not a huge one.
+        if self.buf.capacity() > 8 << 20 {
+            self.buf = Vec::new();
+        }
+        Ok(r)
+    }
+
+    /// Flushes and makes everything written so far durable.
+    pub fn sync(&mut self) -> Result<(), Error> {
+        self.flush()?;
+        if let Err(e) = self.writer.sync() {
+            self.broken = true;
+            return Err(e.into());
+        }
+        Ok(())
+    }
+
+    /// After a failed sync the bytes of the last record may or may not be on
+    /// disk; declaring the segment to end before it makes sure it is never
+    /// read back. `end` must be a record boundary at or before the current end.
+    pub fn abandon_from(&mut self, end: u64) {
+        assert!(end <= self.len());
+        self.broken = true;
+        self.good_end = end;
+    }
+}

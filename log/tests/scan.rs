@@ -1,0 +1,99 @@
+//! A torn tail is cut off; damage anywhere else is reported with its place.
+
+use kivi_log::{
+    scan_segment, RecordType, ScanEnd, SegmentAppender, SegmentKind, SEGMENT_HEADER_LEN,
+};
+use kivi_storage::{SimStorage, Storage};
+
+fn write_records(sim: &SimStorage, n: usize) -> Vec<u64> {
+    let mut app = SegmentAppender::create(sim, 1, [1; 16], SegmentKind::Commits, None).unwrap();
+    let mut offsets = Vec::new();
+    for i in 0..n {
+        let r = app
+            .append_record(RecordType::Commit, |b| {
+                b.extend_from_slice(format!("record {i}").as_bytes())
+            })
+            .unwrap();
+        app.sync().unwrap();
+        offsets.push(u64::from(r.addr.offset));
+    }
+    offsets
+}
+
+fn scan_all(sim: &SimStorage, end: ScanEnd) -> Result<(Vec<String>, Option<u64>), kivi_log::Error> {
+    let reader = sim.open_segment(1).unwrap();
+    let mut scan = scan_segment(reader, 1, "seg1".into(), end)?.expect("header present");
+    let mut out = Vec::new();
+    while let Some(r) = scan.next_record()? {
+        out.push(String::from_utf8(r.body.to_vec()).unwrap());
+    }
+    Ok((out, scan.torn_at()))
+}
+
+#[test]
+fn torn_tail_is_cut_off() {
+    let sim = SimStorage::new();
+    write_records(&sim, 5);
+    let full = sim.segment_bytes(1).unwrap();
+    let mut app_tail = full.clone();
+    // A partial sixth record: a header promising more bytes than exist.
+    app_tail.extend_from_slice(&[1, 2, 3, 4, 100, 0, 0, 0, 2, 9, 9]);
+    let torn = SimStorage::new();
+    let mut w = torn.create_segment(1).unwrap();
+    w.append(&app_tail).unwrap();
+    let (records, torn_at) = scan_all(&torn, ScanEnd::Tail).unwrap();
+    assert_eq!(records.len(), 5);
+    assert_eq!(torn_at, Some(full.len() as u64));
+    // The same bytes with an exact end before the tail read cleanly.
+    let (records, torn_at) = scan_all(&torn, ScanEnd::Exact(full.len() as u64)).unwrap();
+    assert_eq!((records.len(), torn_at), (5, None));
+}
+
+#[test]
+fn damage_before_valid_records_is_corruption_not_a_tail() {
+    let sim = SimStorage::new();
+    let offsets = write_records(&sim, 5);
+    sim.corrupt(1, offsets[2] as usize + 12, b"X");
+    let err = scan_all(&sim, ScanEnd::Tail).unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains(&format!("offset {}", offsets[2])), "{msg}");
+    assert!(msg.contains("not a torn tail"), "{msg}");
+    assert!(scan_all(
+        &sim,
+        ScanEnd::Exact(sim.segment_bytes(1).unwrap().len() as u64)
+    )
+    .is_err());
+}
+
+#[test]
+fn damage_in_the_last_record_is_a_torn_tail() {
+    let sim = SimStorage::new();
+    let offsets = write_records(&sim, 3);
+    sim.corrupt(1, offsets[2] as usize + 10, b"X");
+    let (records, torn_at) = scan_all(&sim, ScanEnd::Tail).unwrap();
+    assert_eq!(records.len(), 2);
+    assert_eq!(torn_at, Some(offsets[2]));
+}
+
+#[test]
+fn a_segment_shorter_than_its_successor_says_is_corruption() {
+    let sim = SimStorage::new();
+    write_records(&sim, 2);
+    let len = sim.segment_bytes(1).unwrap().len() as u64;
+    assert!(scan_all(&sim, ScanEnd::Exact(len + 10))
+        .unwrap_err()
+        .to_string()
+        .contains("successor"));
+}
+
+#[test]
+fn a_torn_header_means_an_empty_segment_only_at_the_tail() {
+    let sim = SimStorage::new();
+    let mut w = sim.create_segment(1).unwrap();
+    w.append(&[0u8; 20]).unwrap();
+    let reader = sim.open_segment(1).unwrap();
+    assert!(scan_segment(reader.clone(), 1, "s".into(), ScanEnd::Tail)
+        .unwrap()
+        .is_none());
+    assert!(scan_segment(reader, 1, "s".into(), ScanEnd::Exact(SEGMENT_HEADER_LEN)).is_err());
+}
