@@ -60,7 +60,7 @@ pub fn scan_segment(
     name: String,
     end: ScanEnd,
 ) -> Result<Option<SegmentScan>, Error> {
-    let file_len = reader.len()?;
+    let file_len = reader.size()?;
     let tail_mode = end == ScanEnd::Tail;
     let corrupt = |offset: u64, what: String| Error::Corrupt(Corruption::new(&name, offset, what));
     let limit = match end {

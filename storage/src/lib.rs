@@ -80,7 +80,7 @@ pub trait SegmentReader: Send + Sync {
     /// Fills `buf` from `offset`; fails (kind `UnexpectedEof`) if the segment is shorter.
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), IoError>;
     /// Current length of the segment.
-    fn len(&self) -> Result<u64, IoError>;
+    fn size(&self) -> Result<u64, IoError>;
 }
 
 /// Reads `len` bytes at `offset` into a new buffer.

@@ -305,7 +305,7 @@ impl SegmentReader for LocalReader {
             .map_err(|e| IoError::new("read", &self.name, e))
     }
 
-    fn len(&self) -> Result<u64, IoError> {
+    fn size(&self) -> Result<u64, IoError> {
         Ok(self
             .file
             .metadata()

@@ -136,7 +136,7 @@ impl SegmentReader for MemReader {
         }
     }
 
-    fn len(&self) -> Result<u64, IoError> {
+    fn size(&self) -> Result<u64, IoError> {
         Ok(self.bytes.read().len() as u64)
     }
 }

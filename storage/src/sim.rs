@@ -451,7 +451,7 @@ impl SegmentReader for SimReader {
         }
     }
 
-    fn len(&self) -> Result<u64, IoError> {
+    fn size(&self) -> Result<u64, IoError> {
         let mut st = self.state.lock();
         st.check(Op::Read, &self.name)?;
         Ok(st.files.get(&self.id).map_or(0, |f| f.data.len() as u64))
