@@ -1,1 +1,28 @@
+//! The tree layer: a copy-on-write B+tree whose pages are records in the log.
+//!
+//! - `leaf`, `node`: nodes as they live in memory (immutable bases with small
+//!   overlays, so a change never copies a whole page);
+//! - `page`: the page format on disk and its validating decoder;
+//! - `pager`: finding nodes by page reference through a byte-bounded cache;
+//! - `apply`: applying a sorted batch copy-on-write;
+//! - `read`: point lookups and ordered cursors;
+//! - `checkpoint`: writing a version's new nodes to the log, then releasing them;
+//! - `check`: reading every reachable page and checking every invariant.
 
+mod apply;
+mod check;
+mod checkpoint;
+mod leaf;
+mod node;
+mod page;
+mod pager;
+mod read;
+
+pub use apply::{apply, Applied, TreeConfig};
+pub use check::{check_tree, CheckReport};
+pub use checkpoint::{release_written, write_tree, PageSink, WriteStats};
+pub use leaf::{ValueRef, INLINE_VALUE_MAX};
+pub use node::Node;
+pub use page::MAX_LEVEL;
+pub use pager::{Pager, PagerStats};
+pub use read::{get_into, Cursor};

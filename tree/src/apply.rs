@@ -1,0 +1,653 @@
+//! Applying a sorted batch of puts and deletes to the tree, copy-on-write.
+//!
+//! One pass from the root: the operations are split among children by the
+//! separators, each touched child is changed once, and each touched node gets
+//! one new version. A new version is an overlay on the old base when the
+//! change is small (see node.rs), or a consolidated node otherwise; a node
+//! that grows past the page target splits, one that shrinks below a quarter of
+//! it merges with a sibling, and the root grows or shrinks a level as needed.
+
+use crate::leaf::{entry_size, merge_into, BigValue, Entry, LeafData, ValueRef, INLINE_VALUE_MAX};
+use crate::node::{Body, ChildRef, InternalData, Node};
+use crate::page::shortest_separator;
+use crate::pager::Pager;
+use crate::read::leaf_entries;
+use kivi_log::{Error, OpRef};
+use std::sync::Arc;
+
+/// Shape parameters of the tree.
+#[derive(Debug, Clone)]
+pub struct TreeConfig {
+    /// Pages split when their encoded size would pass this many bytes.
+    pub page_target: usize,
+    /// Most entries a leaf's delta holds before the leaf is consolidated.
+    pub delta_max: usize,
+    /// Most patched children an internal node carries before consolidation.
+    pub patch_max: usize,
+}
+
+impl Default for TreeConfig {
+    fn default() -> Self {
+        TreeConfig {
+            page_target: 4096,
+            delta_max: 16,
+            patch_max: 32,
+        }
+    }
+}
+
+/// Result of applying a batch.
+pub struct Applied {
+    pub root: Option<Arc<Node>>,
+    /// Change in the number of pairs.
+    pub pairs_delta: i64,
+    /// Memory held by the nodes this batch created.
+    pub new_bytes: usize,
+}
+
+/// A node produced by a change, with the separator that starts its range
+/// (`None` for the first piece, which keeps the range start of the node it
+/// replaces).
+struct Piece {
+    low: Option<Vec<u8>>,
+    node: Arc<Node>,
+}
+
+enum Change {
+    Same,
+    /// The node is replaced by these pieces, in key order (none: it is empty).
+    Replace(Vec<Piece>),
+}
+
+/// What a batch does to one key of a leaf.
+#[derive(Clone, Copy)]
+enum Edit<'a> {
+    Put(ValueRef<'a>),
+    /// Delete a key present in the base: keep a tombstone in the delta.
+    Tombstone,
+    /// Delete a key present only in the delta: drop it from the delta.
+    Drop,
+}
+
+struct Ctx<'a> {
+    pager: &'a Pager,
+    cfg: &'a TreeConfig,
+    pairs_delta: i64,
+    new_bytes: usize,
+}
+
+/// Applies `ops` (sorted by key, one per key) to the tree under `root`.
+pub fn apply(
+    pager: &Pager,
+    cfg: &TreeConfig,
+    root: Option<&Arc<Node>>,
+    ops: &[OpRef<'_>],
+) -> Result<Applied, Error> {
+    debug_assert!(
+        ops.windows(2).all(|w| w[0].key() < w[1].key()),
+        "ops not sorted and unique"
+    );
+    let mut ctx = Ctx {
+        pager,
+        cfg,
+        pairs_delta: 0,
+        new_bytes: 0,
+    };
+    let bigs = big_values(ops);
+    let pieces = match root {
+        None => {
+            let mut entries = Vec::with_capacity(ops.len());
+            let mut big_i = 0;
+            for op in ops {
+                if let OpRef::Put(k, v) = op {
+                    entries.push((*k, Entry::Value(value_ref(v, &bigs, &mut big_i))));
+                }
+            }
+            ctx.pairs_delta = entries.len() as i64;
+            if entries.is_empty() {
+                return Ok(Applied {
+                    root: None,
+                    pairs_delta: 0,
+                    new_bytes: 0,
+                });
+            }
+            ctx.build_leaves(&entries, true)
+        }
+        Some(r) => match ctx.apply_node(r, ops, &bigs)? {
+            Change::Same => {
+                return Ok(Applied {
+                    root: Some(r.clone()),
+                    pairs_delta: 0,
+                    new_bytes: 0,
+                })
+            }
+            Change::Replace(p) => p,
+        },
+    };
+    let root = ctx.build_root(pieces)?;
+    Ok(Applied {
+        root,
+        pairs_delta: ctx.pairs_delta,
+        new_bytes: ctx.new_bytes,
+    })
+}
+
+/// Out-of-line values of the batch, made once, in op order.
+fn big_values(ops: &[OpRef<'_>]) -> Vec<Arc<BigValue>> {
+    ops.iter()
+        .filter_map(|op| match op {
+            OpRef::Put(_, v) if v.len() > INLINE_VALUE_MAX => Some(BigValue::in_memory(v)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn value_ref<'a>(v: &'a [u8], bigs: &'a [Arc<BigValue>], big_i: &mut usize) -> ValueRef<'a> {
+    if v.len() > INLINE_VALUE_MAX {
+        *big_i += 1;
+        ValueRef::Big(&bigs[*big_i - 1])
+    } else {
+        ValueRef::Inline(v)
+    }
+}
+
+/// Index of the first big value used by `ops[..i]`.
+fn bigs_before(ops: &[OpRef<'_>]) -> usize {
+    ops.iter()
+        .filter(|op| matches!(op, OpRef::Put(_, v) if v.len() > INLINE_VALUE_MAX))
+        .count()
+}
+
+/// Estimated encoded size of a node, for split and merge decisions.
+fn node_size(node: &Node) -> usize {
+    match node.body() {
+        Body::Leaf { base, delta } => base.size() + delta.as_ref().map_or(0, |d| d.size()),
+        Body::Internal { base, .. } => internal_size(base.seps_bytes(), base.children_len()),
+    }
+}
+
+fn internal_size(sep_bytes: usize, children: usize) -> usize {
+    4 + children * (kivi_log::PageRef::ENCODED_LEN + 2) + sep_bytes
+}
+
+/// Cuts a sequence of item sizes into runs of at most `target` bytes each.
+/// `append` (bulk loading in key order) fills runs completely, leaving the
+/// remainder last; otherwise runs are made even, so both halves of a split
+/// have room to grow. Every run holds at least `min_items` items when possible.
+fn cut(
+    sizes: &[usize],
+    target: usize,
+    append: bool,
+    min_items: usize,
+) -> Vec<std::ops::Range<usize>> {
+    let total: usize = sizes.iter().sum();
+    let mut out = Vec::new();
+    if total <= target || sizes.len() < 2 * min_items {
+        out.push(0..sizes.len());
+        return out;
+    }
+    let runs = total.div_ceil(target);
+    let (per, max_runs) = if append {
+        (target, usize::MAX)
+    } else {
+        (total.div_ceil(runs), runs)
+    };
+    let mut start = 0;
+    let mut acc = 0;
+    for (i, &s) in sizes.iter().enumerate() {
+        if i - start >= min_items
+            && acc + s > per
+            && sizes.len() - i >= min_items
+            && out.len() + 1 < max_runs
+        {
+            out.push(start..i);
+            start = i;
+            acc = 0;
+        }
+        acc += s;
+    }
+    out.push(start..sizes.len());
+    out
+}
+
+/// A child slot while an internal node is being rebuilt.
+enum Slot {
+    Old(ChildRef),
+    New(Arc<Node>),
+}
+
+impl<'a> Ctx<'a> {
+    fn track(&mut self, node: Node) -> Arc<Node> {
+        self.new_bytes += node.mem_bytes();
+        Arc::new(node)
+    }
+
+    fn apply_node(
+        &mut self,
+        node: &Arc<Node>,
+        ops: &[OpRef<'_>],
+        bigs: &[Arc<BigValue>],
+    ) -> Result<Change, Error> {
+        match node.body() {
+            Body::Leaf { base, delta } => Ok(self.apply_leaf(base, delta.as_ref(), ops, bigs)),
+            Body::Internal { .. } => self.apply_internal(node, ops, bigs),
+        }
+    }
+
+    fn underfull(&self, node: &Node) -> bool {
+        match node.body() {
+            Body::Leaf { .. } => node_size(node) < self.cfg.page_target / 4,
+            Body::Internal { base, .. } => {
+                base.children_len() < 2 || node_size(node) < self.cfg.page_target / 4
+            }
+        }
+    }
+
+    fn apply_leaf(
+        &mut self,
+        base: &Arc<LeafData>,
+        delta: Option<&Arc<LeafData>>,
+        ops: &[OpRef<'_>],
+        bigs: &[Arc<BigValue>],
+    ) -> Change {
+        let mut edits: Vec<(&[u8], Edit<'_>)> = Vec::with_capacity(ops.len());
+        let mut big_i = 0;
+        let mut live = 0i64;
+        let mut deletes = false;
+        for op in ops {
+            let key = op.key();
+            let in_base = base.find(key).is_ok();
+            let in_delta = delta.and_then(|d| d.find(key).ok().map(|i| d.entry(i)));
+            let exists = match in_delta {
+                Some(Entry::Tombstone) => false,
+                Some(Entry::Value(_)) => true,
+                None => in_base,
+            };
+            match op {
+                OpRef::Put(_, v) => {
+                    if !exists {
+                        live += 1;
+                    }
+                    edits.push((key, Edit::Put(value_ref(v, bigs, &mut big_i))));
+                }
+                OpRef::Delete(_) => {
+                    if !exists {
+                        continue;
+                    }
+                    live -= 1;
+                    deletes = true;
+                    edits.push((key, if in_base { Edit::Tombstone } else { Edit::Drop }));
+                }
+            }
+        }
+        if edits.is_empty() {
+            return Change::Same;
+        }
+        self.pairs_delta += live;
+
+        let delta_len = delta.map_or(0, |d| d.len());
+        let edit_size: usize = edits
+            .iter()
+            .map(|(k, e)| match e {
+                Edit::Put(v) => entry_size(k.len(), Entry::Value(*v)),
+                _ => entry_size(k.len(), Entry::Tombstone),
+            })
+            .sum();
+        let size = base.size() + delta.map_or(0, |d| d.size()) + edit_size;
+        let tombstones = delta.map_or(0, |d| d.tombstones())
+            + edits
+                .iter()
+                .filter(|e| matches!(e.1, Edit::Tombstone))
+                .count();
+        let mostly_deleted = tombstones * 2 > base.len();
+        if delta_len + edits.len() <= self.cfg.delta_max
+            && size <= self.cfg.page_target
+            && !mostly_deleted
+        {
+            // Small change: a new overlay on the shared base.
+            let mut new_delta = LeafData::with_capacity(delta_len + edits.len(), 0);
+            let old: Vec<(&[u8], Entry<'_>)> =
+                delta.map(|d| d.iter().collect()).unwrap_or_default();
+            let (mut i, mut j) = (0, 0);
+            while i < old.len() || j < edits.len() {
+                let take_edit = j < edits.len() && (i == old.len() || edits[j].0 <= old[i].0);
+                if take_edit {
+                    if i < old.len() && old[i].0 == edits[j].0 {
+                        i += 1;
+                    }
+                    let (k, e) = edits[j];
+                    j += 1;
+                    match e {
+                        Edit::Put(v) => new_delta.push(k, Entry::Value(v)),
+                        Edit::Tombstone => new_delta.push(k, Entry::Tombstone),
+                        Edit::Drop => {}
+                    }
+                } else {
+                    new_delta.push(old[i].0, old[i].1);
+                    i += 1;
+                }
+            }
+            let delta = (!new_delta.is_empty()).then(|| Arc::new(new_delta));
+            let node = self.track(Node::leaf(base.clone(), delta));
+            return Change::Replace(vec![Piece { low: None, node }]);
+        }
+
+        // Consolidate: base + delta + edits, tombstones applied.
+        let mut current = Vec::with_capacity(base.len() + delta_len);
+        match delta {
+            Some(d) => merge_into(&mut current, base.iter(), d.iter(), true),
+            None => current.extend(base.iter()),
+        }
+        let append = !deletes && current.last().is_none_or(|(last, _)| edits[0].0 > *last);
+        let mut merged = Vec::with_capacity(current.len() + edits.len());
+        let edit_entries = edits.iter().map(|&(k, e)| {
+            (
+                k,
+                match e {
+                    Edit::Put(v) => Entry::Value(v),
+                    Edit::Tombstone | Edit::Drop => Entry::Tombstone,
+                },
+            )
+        });
+        merge_into(&mut merged, current.into_iter(), edit_entries, true);
+        if merged.is_empty() {
+            return Change::Replace(Vec::new());
+        }
+        Change::Replace(self.build_leaves(&merged, append))
+    }
+
+    /// Builds leaves from live entries in key order.
+    fn build_leaves(&mut self, entries: &[(&[u8], Entry<'_>)], append: bool) -> Vec<Piece> {
+        let sizes: Vec<usize> = entries
+            .iter()
+            .map(|(k, e)| entry_size(k.len(), *e))
+            .collect();
+        let runs = cut(&sizes, self.cfg.page_target, append, 1);
+        let mut pieces = Vec::with_capacity(runs.len());
+        let mut prev_last: Option<&[u8]> = None;
+        for run in runs {
+            let bytes: usize = sizes[run.clone()].iter().sum();
+            let mut leaf = LeafData::with_capacity(run.len(), bytes);
+            for &(k, e) in &entries[run.clone()] {
+                leaf.push(k, e);
+            }
+            let first = entries[run.start].0;
+            let low = prev_last.map(|last| shortest_separator(last, first));
+            prev_last = Some(entries[run.end - 1].0);
+            let node = self.track(Node::leaf(Arc::new(leaf), None));
+            pieces.push(Piece { low, node });
+        }
+        pieces
+    }
+
+    fn apply_internal(
+        &mut self,
+        node: &Arc<Node>,
+        ops: &[OpRef<'_>],
+        bigs: &[Arc<BigValue>],
+    ) -> Result<Change, Error> {
+        let level = node.level();
+        let base = node.internal_base().clone();
+        let n = base.children_len();
+        let mut changes: Vec<(usize, Vec<Piece>)> = Vec::new();
+        let mut start = 0;
+        while start < ops.len() {
+            let i = base.child_index(ops[start].key());
+            let end = if i + 1 < n {
+                let sep = base.sep(i);
+                start + ops[start..].partition_point(|op| op.key() < sep)
+            } else {
+                ops.len()
+            };
+            debug_assert!(end > start);
+            let child = self.pager.resolve(node.child_ref(i), level - 1)?;
+            let first_big = bigs_before(&ops[..start]);
+            if let Change::Replace(p) =
+                self.apply_node(&child, &ops[start..end], &bigs[first_big..])?
+            {
+                changes.push((i, p));
+            }
+            start = end;
+        }
+        if changes.is_empty() {
+            return Ok(Change::Same);
+        }
+
+        let Body::Internal { patches, .. } = node.body() else {
+            unreachable!()
+        };
+        let simple = changes
+            .iter()
+            .all(|(_, p)| p.len() == 1 && !self.underfull(&p[0].node));
+        if simple {
+            let mut merged: Vec<(u32, ChildRef)> =
+                Vec::with_capacity(patches.len() + changes.len());
+            let mut old = patches.iter().peekable();
+            for (i, p) in &changes {
+                let i = *i as u32;
+                while let Some((j, r)) = old.peek() {
+                    if *j > i {
+                        break;
+                    }
+                    if *j < i {
+                        merged.push((*j, r.duplicate()));
+                    }
+                    old.next();
+                }
+                merged.push((i, ChildRef::in_memory(p[0].node.clone())));
+            }
+            merged.extend(old.map(|(j, r)| (*j, r.duplicate())));
+            if merged.len() <= self.cfg.patch_max {
+                let node = self.track(Node::internal(level, base, merged.into_boxed_slice()));
+                return Ok(Change::Replace(vec![Piece { low: None, node }]));
+            }
+        }
+
+        // Consolidate: the full list of children with their separators.
+        let appending = changes.len() == 1 && changes[0].0 == n - 1;
+        let mut list: Vec<(Option<Vec<u8>>, Slot, bool)> = Vec::with_capacity(n + changes.len());
+        let mut changes = changes.into_iter().peekable();
+        for i in 0..n {
+            let sep = (i > 0).then(|| base.sep(i - 1).to_vec());
+            if changes.peek().is_some_and(|(j, _)| *j == i) {
+                let (_, pieces) = changes.next().expect("peeked");
+                for (j, piece) in pieces.into_iter().enumerate() {
+                    let low = if j == 0 { sep.clone() } else { piece.low };
+                    list.push((low, Slot::New(piece.node), true));
+                }
+            } else {
+                list.push((sep, Slot::Old(self.copy_ref(node.child_ref(i))), false));
+            }
+        }
+        if let Some(first) = list.first_mut() {
+            first.0 = None;
+        }
+        self.merge_underfull(&mut list, level)?;
+        if list.is_empty() {
+            return Ok(Change::Replace(Vec::new()));
+        }
+        Ok(Change::Replace(
+            self.build_internals(list, level, appending),
+        ))
+    }
+
+    /// A reference to the same child for a rebuilt node; if the child is
+    /// durably on disk, the reference points to the page and the node goes to
+    /// the cache, so the tree does not pin it in memory.
+    fn copy_ref(&self, r: &ChildRef) -> ChildRef {
+        if let Some(n) = r.mem() {
+            if let Some(p) = self.pager.durable_page(&n) {
+                self.pager.insert_clean(p, n);
+                return ChildRef::on_disk(p);
+            }
+        }
+        r.duplicate()
+    }
+
+    fn slot_node(&self, slot: &Slot, level: u8) -> Result<Arc<Node>, Error> {
+        match slot {
+            Slot::New(n) => Ok(n.clone()),
+            Slot::Old(r) => self.pager.resolve(r, level),
+        }
+    }
+
+    /// Merges each new underfull child with a neighbour.
+    fn merge_underfull(
+        &mut self,
+        list: &mut Vec<(Option<Vec<u8>>, Slot, bool)>,
+        level: u8,
+    ) -> Result<(), Error> {
+        let mut k = 0;
+        while k < list.len() {
+            let candidate = list.len() > 1 && list[k].2 && {
+                let Slot::New(n) = &list[k].1 else {
+                    unreachable!()
+                };
+                self.underfull(n)
+            };
+            if !candidate {
+                k += 1;
+                continue;
+            }
+            let a = if k + 1 < list.len() { k } else { k - 1 };
+            let left = self.slot_node(&list[a].1, level - 1)?;
+            let right = self.slot_node(&list[a + 1].1, level - 1)?;
+            let sep = list[a + 1]
+                .0
+                .clone()
+                .expect("non-first child has a separator");
+            let pieces = self.merge_siblings(&left, &right, sep)?;
+            let low = list[a].0.take();
+            let replacement: Vec<_> = pieces
+                .into_iter()
+                .enumerate()
+                .map(|(j, p)| {
+                    (
+                        if j == 0 { low.clone() } else { p.low },
+                        Slot::New(p.node),
+                        false,
+                    )
+                })
+                .collect();
+            let len = replacement.len();
+            list.splice(a..a + 2, replacement);
+            k = a + len;
+        }
+        Ok(())
+    }
+
+    fn merge_siblings(
+        &mut self,
+        left: &Node,
+        right: &Node,
+        sep: Vec<u8>,
+    ) -> Result<Vec<Piece>, Error> {
+        if left.is_leaf() {
+            let (l, r) = (leaf_entries(left), leaf_entries(right));
+            let entries: Vec<_> = l.iter().chain(r.iter()).collect();
+            if entries.is_empty() {
+                return Ok(Vec::new());
+            }
+            return Ok(self.build_leaves(&entries, false));
+        }
+        let level = left.level();
+        let mut list = Vec::with_capacity(left.children_len() + right.children_len());
+        for (node, low) in [(left, None), (right, Some(sep))] {
+            let base = node.internal_base();
+            for i in 0..node.children_len() {
+                let s = if i == 0 {
+                    low.clone()
+                } else {
+                    Some(base.sep(i - 1).to_vec())
+                };
+                list.push((s, Slot::Old(self.copy_ref(node.child_ref(i))), false));
+            }
+        }
+        list[0].0 = None;
+        Ok(self.build_internals(list, level, false))
+    }
+
+    /// Builds internal nodes at `level` from a child list (first separator `None`).
+    fn build_internals(
+        &mut self,
+        list: Vec<(Option<Vec<u8>>, Slot, bool)>,
+        level: u8,
+        append: bool,
+    ) -> Vec<Piece> {
+        let sizes: Vec<usize> = list
+            .iter()
+            .map(|(s, _, _)| kivi_log::PageRef::ENCODED_LEN + 2 + s.as_ref().map_or(0, |s| s.len()))
+            .collect();
+        let runs = cut(&sizes, self.cfg.page_target, append, 2);
+        let mut list = list.into_iter();
+        let mut pieces = Vec::with_capacity(runs.len());
+        for run in runs {
+            let items: Vec<_> = list.by_ref().take(run.len()).collect();
+            let mut items = items.into_iter();
+            let (low, first, _) = items.next().expect("non-empty run");
+            let mut seps = Vec::with_capacity(run.len() - 1);
+            let mut children = Vec::with_capacity(run.len());
+            children.push(into_ref(first));
+            for (s, slot, _) in items {
+                seps.push(s.expect("non-first child has a separator"));
+                children.push(into_ref(slot));
+            }
+            let sep_refs: Vec<&[u8]> = seps.iter().map(|s| s.as_slice()).collect();
+            let data = InternalData::new(&sep_refs, children);
+            let node = self.track(Node::internal(level, Arc::new(data), Box::new([])));
+            pieces.push(Piece { low, node });
+        }
+        pieces
+    }
+
+    /// Stacks levels on top of `pieces` until one root remains, then drops
+    /// root levels that have a single child.
+    fn build_root(&mut self, mut pieces: Vec<Piece>) -> Result<Option<Arc<Node>>, Error> {
+        if pieces.is_empty() {
+            return Ok(None);
+        }
+        while pieces.len() > 1 {
+            let level = pieces[0].node.level() + 1;
+            assert!(
+                level <= crate::page::MAX_LEVEL,
+                "tree deeper than the depth limit"
+            );
+            let mut list: Vec<_> = pieces
+                .into_iter()
+                .map(|p| (p.low, Slot::New(p.node), true))
+                .collect();
+            list[0].0 = None;
+            pieces = self.build_internals(list, level, true);
+        }
+        let mut root = pieces.pop().expect("one piece").node;
+        while !root.is_leaf() && root.children_len() == 1 {
+            root = self.pager.resolve(root.child_ref(0), root.level() - 1)?;
+        }
+        Ok(Some(root))
+    }
+}
+
+fn into_ref(slot: Slot) -> ChildRef {
+    match slot {
+        Slot::Old(r) => r,
+        Slot::New(n) => ChildRef::in_memory(n),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cut;
+
+    #[test]
+    fn cut_fills_pages_when_appending_and_halves_otherwise() {
+        let sizes = vec![100; 100];
+        let append = cut(&sizes, 1000, true, 1);
+        assert_eq!(append.len(), 10);
+        assert!(append.iter().all(|r| r.len() == 10));
+        let even = cut(&[100; 11], 1000, false, 1);
+        assert_eq!(even.len(), 2);
+        assert!(even.iter().all(|r| r.len() >= 5));
+        assert_eq!(cut(&[5000], 1000, false, 1), vec![0..1]);
+        assert_eq!(cut(&[600, 600, 600], 1000, false, 2), vec![0..3]);
+    }
+}

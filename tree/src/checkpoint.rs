@@ -1,0 +1,218 @@
+//! Writing a tree version to the page log, and letting go of it afterwards.
+//!
+//! [`write_tree`] writes every node of a version that is not yet on disk,
+//! children before parents (so each parent can name its children's
+//! addresses, and every reference points backwards in the log), out-of-line
+//! values before their leaves. Nodes already written by a durable checkpoint
+//! are referenced, not rewritten: only what changed since is written.
+//!
+//! Once the checkpoint is durable, [`release_written`] swizzles every
+//! in-memory child pointer of that version into a page reference and hands
+//! the node to the page cache, which from then on decides if it stays in RAM.
+
+use crate::leaf::{merge_into, BigValue, Entry, LeafData, ValueRef};
+use crate::node::{Body, ChildRef, InternalData, Node};
+use crate::page::{encode_internal, encode_leaf};
+use crate::pager::Pager;
+use kivi_log::{Error, PageRef, RecordType};
+use std::sync::Arc;
+
+/// Where a checkpoint's records go.
+pub trait PageSink {
+    /// Writes one record whose body `body` encodes; returns where it lives.
+    fn write_record(
+        &mut self,
+        ty: RecordType,
+        body: &mut dyn FnMut(&mut Vec<u8>),
+    ) -> Result<PageRef, Error>;
+}
+
+/// Counts of what a checkpoint wrote.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct WriteStats {
+    pub pages: u64,
+    pub blobs: u64,
+    pub bytes: u64,
+}
+
+/// Writes the nodes of the tree under `root` not yet durably written, as
+/// checkpoint `generation`, and returns the root's page.
+pub fn write_tree(
+    pager: &Pager,
+    root: &Arc<Node>,
+    generation: u64,
+    sink: &mut dyn PageSink,
+    stats: &mut WriteStats,
+) -> Result<PageRef, Error> {
+    let durable = pager.durable_generation();
+    let valid = move |g: u64| g <= durable || g == generation;
+    let mut w = TreeWriter {
+        generation,
+        valid: &valid,
+        sink,
+        stats,
+    };
+    w.write_node(root)
+}
+
+struct TreeWriter<'a> {
+    generation: u64,
+    valid: &'a dyn Fn(u64) -> bool,
+    sink: &'a mut dyn PageSink,
+    stats: &'a mut WriteStats,
+}
+
+impl TreeWriter<'_> {
+    fn write_node(&mut self, node: &Arc<Node>) -> Result<PageRef, Error> {
+        if let Some(r) = node.written.get(self.valid) {
+            return Ok(r);
+        }
+        let r = match node.body() {
+            Body::Leaf { base, delta } => {
+                let mut entries: Vec<(&[u8], ValueRef<'_>)> = Vec::with_capacity(base.len());
+                let mut merged = Vec::new();
+                let live: &mut dyn Iterator<Item = (&[u8], Entry<'_>)> = match delta {
+                    None => &mut base.iter(),
+                    Some(d) => {
+                        merge_into(&mut merged, base.iter(), d.iter(), true);
+                        &mut merged.into_iter()
+                    }
+                };
+                let mut blobs = Vec::new();
+                for (k, e) in live {
+                    let Entry::Value(v) = e else {
+                        unreachable!("tombstone survived merge")
+                    };
+                    if let ValueRef::Big(b) = v {
+                        blobs.push(self.write_blob(b)?);
+                    }
+                    entries.push((k, v));
+                }
+                assert!(!entries.is_empty(), "writing an empty leaf");
+                let mut blob_refs = blobs.into_iter();
+                self.write(RecordType::Page, &mut |out| {
+                    encode_leaf(out, &entries, |_| {
+                        blob_refs.next().expect("one blob ref per big value")
+                    })
+                })?
+            }
+            Body::Internal { base, .. } => {
+                let n = base.children_len();
+                let mut children = Vec::with_capacity(n);
+                for i in 0..n {
+                    let cref = node.child_ref(i);
+                    let page = match cref.mem() {
+                        Some(child) => self.write_node(&child)?,
+                        None => cref.page().expect("child ref with neither memory nor page"),
+                    };
+                    children.push(page);
+                }
+                let seps: Vec<&[u8]> = (0..base.seps_len()).map(|i| base.sep(i)).collect();
+                let level = node.level();
+                self.write(RecordType::Page, &mut |out| {
+                    encode_internal(out, level, &children, &seps)
+                })?
+            }
+        };
+        node.written.set(r, self.generation);
+        self.stats.pages += 1;
+        Ok(r)
+    }
+
+    fn write_blob(&mut self, big: &BigValue) -> Result<PageRef, Error> {
+        if let Some(r) = big.written.get(self.valid) {
+            return Ok(r);
+        }
+        let bytes = big
+            .bytes
+            .as_deref()
+            .expect("unwritten big value without bytes");
+        let r = self.write(RecordType::Blob, &mut |out| out.extend_from_slice(bytes))?;
+        big.written.set(r, self.generation);
+        self.stats.blobs += 1;
+        Ok(r)
+    }
+
+    fn write(
+        &mut self,
+        ty: RecordType,
+        body: &mut dyn FnMut(&mut Vec<u8>),
+    ) -> Result<PageRef, Error> {
+        let r = self.sink.write_record(ty, body)?;
+        self.stats.bytes += u64::from(r.len);
+        Ok(r)
+    }
+}
+
+/// After the checkpoint that wrote `root`'s version is durable (and
+/// [`Pager::set_durable_generation`] says so): replaces the in-memory child
+/// pointers of that version by page references and moves the nodes into the
+/// page cache, consolidated. Visits only nodes still pinned in memory.
+pub fn release_written(pager: &Pager, root: &Arc<Node>) {
+    let Body::Internal { base, patches } = root.body() else {
+        return;
+    };
+    let refs = (0..base.children_len())
+        .map(|i| base.child(i))
+        .chain(patches.iter().map(|(_, r)| r));
+    for cref in refs {
+        let Some(child) = cref.mem() else { continue };
+        release_written(pager, &child);
+        if let Some(page) = pager.durable_page(&child) {
+            pager.insert_clean(page, compact(pager, &child, page));
+            cref.swizzle_out(page);
+        }
+    }
+}
+
+/// The form of a written node worth keeping in the cache: overlays folded
+/// in, out-of-line values known by their blob only.
+fn compact(pager: &Pager, node: &Arc<Node>, page: PageRef) -> Arc<Node> {
+    let durable = pager.durable_generation();
+    let out = match node.body() {
+        Body::Leaf { base, delta } => {
+            let has_mem_bigs = base
+                .iter()
+                .any(|(_, e)| matches!(e, Entry::Value(ValueRef::Big(b)) if b.bytes.is_some()));
+            if delta.is_none() && !has_mem_bigs {
+                return node.clone();
+            }
+            let mut merged = Vec::new();
+            match delta {
+                Some(d) => merge_into(&mut merged, base.iter(), d.iter(), true),
+                None => merged.extend(base.iter()),
+            }
+            let mut leaf = LeafData::with_capacity(merged.len(), base.size());
+            for (k, e) in merged {
+                match e {
+                    Entry::Value(ValueRef::Big(b)) => {
+                        let blob = b
+                            .written
+                            .get(|g| g <= durable)
+                            .expect("durable leaf with unwritten blob");
+                        leaf.push(k, Entry::Value(ValueRef::Big(&BigValue::on_disk(blob))));
+                    }
+                    e => leaf.push(k, e),
+                }
+            }
+            leaf.shrink();
+            Node::leaf(Arc::new(leaf), None)
+        }
+        Body::Internal { base, patches } => {
+            if patches.is_empty() {
+                return node.clone();
+            }
+            let children: Vec<ChildRef> = (0..base.children_len())
+                .map(|i| node.child_ref(i).duplicate())
+                .collect();
+            let seps: Vec<&[u8]> = (0..base.seps_len()).map(|i| base.sep(i)).collect();
+            Node::internal(
+                node.level(),
+                Arc::new(InternalData::new(&seps, children)),
+                Box::new([]),
+            )
+        }
+    };
+    out.written.set(page, 0);
+    Arc::new(out)
+}

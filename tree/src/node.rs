@@ -1,0 +1,263 @@
+//! Tree nodes as they live in memory.
+//!
+//! Nodes are immutable once built (copy-on-write): a change makes new nodes
+//! along the path from the changed leaf to the root, and every older root still
+//! sees the tree as it was, which is what makes snapshots free and lets readers
+//! run without locks while the writer works.
+//!
+//! To keep a change from copying whole pages, a node version is a shared,
+//! immutable *base* plus a small private overlay: a leaf carries a *delta*
+//! (recent puts and tombstones), an internal node carries *patches* (child
+//! slots that now point elsewhere). When the overlay grows past a few entries,
+//! or the node's shape changes (split, merge), it is consolidated into a new
+//! base. Pages on disk never contain overlays: a page is always written
+//! consolidated.
+//!
+//! The two pieces of interior mutability, both monotone and invisible to
+//! readers' results:
+//! - `Node::written`: where a checkpoint wrote this node;
+//! - `ChildRef`: may be *swizzled out* from an in-memory pointer to a page
+//!   reference once the child is durably on disk, so that the page cache, not
+//!   the tree, decides whether it stays in memory.
+
+use crate::leaf::{head, search_heads, LeafData, Written};
+use arc_swap::ArcSwapOption;
+use kivi_log::PageRef;
+use std::sync::{Arc, OnceLock};
+
+/// A pointer from an internal node to a child.
+///
+/// Invariant: at least one of `mem` and `page` is set, and `mem` is cleared
+/// only after `page` is set, so a reader that finds `mem` empty always finds
+/// `page`.
+#[derive(Debug, Default)]
+pub struct ChildRef {
+    page: OnceLock<PageRef>,
+    mem: ArcSwapOption<Node>,
+}
+
+impl ChildRef {
+    pub fn in_memory(node: Arc<Node>) -> Self {
+        ChildRef {
+            page: OnceLock::new(),
+            mem: ArcSwapOption::from(Some(node)),
+        }
+    }
+
+    pub fn on_disk(page: PageRef) -> Self {
+        let cell = OnceLock::new();
+        cell.set(page).expect("fresh cell");
+        ChildRef {
+            page: cell,
+            mem: ArcSwapOption::empty(),
+        }
+    }
+
+    pub fn mem(&self) -> Option<Arc<Node>> {
+        self.mem.load_full()
+    }
+
+    pub fn page(&self) -> Option<PageRef> {
+        self.page.get().copied()
+    }
+
+    /// A new reference to the same child, in the same form.
+    pub fn duplicate(&self) -> Self {
+        match self.mem() {
+            Some(n) => {
+                let r = ChildRef::in_memory(n);
+                if let Some(p) = self.page() {
+                    let _ = r.page.set(p);
+                }
+                r
+            }
+            None => ChildRef::on_disk(self.page().expect("child ref with neither memory nor page")),
+        }
+    }
+
+    /// Replaces the in-memory pointer by the durable page reference `page`.
+    /// Returns the node that was in memory, if any.
+    pub fn swizzle_out(&self, page: PageRef) -> Option<Arc<Node>> {
+        match self.page.get() {
+            Some(p) => assert_eq!(*p, page, "child swizzled to two different pages"),
+            None => {
+                let _ = self.page.set(page);
+            }
+        }
+        self.mem.swap(None)
+    }
+}
+
+/// Separators and children of an internal node: child `i` holds the keys in
+/// `[sep(i-1), sep(i))`, with the node's own bounds at the ends.
+#[derive(Debug, Default)]
+pub struct InternalData {
+    heads: Vec<u64>,
+    sep_ends: Vec<u32>,
+    sep_data: Vec<u8>,
+    children: Vec<ChildRef>,
+}
+
+impl InternalData {
+    /// `children.len()` must be `seps.len() + 1`; separators strictly increasing.
+    pub fn new(seps: &[&[u8]], children: Vec<ChildRef>) -> Self {
+        assert_eq!(children.len(), seps.len() + 1, "internal node shape");
+        let mut d = InternalData {
+            heads: Vec::with_capacity(seps.len()),
+            sep_ends: Vec::with_capacity(seps.len()),
+            sep_data: Vec::with_capacity(seps.iter().map(|s| s.len()).sum()),
+            children,
+        };
+        for s in seps {
+            debug_assert!(
+                d.sep_ends.is_empty() || d.sep(d.sep_ends.len() - 1) < *s,
+                "separators out of order"
+            );
+            d.sep_data.extend_from_slice(s);
+            d.sep_ends.push(d.sep_data.len() as u32);
+            d.heads.push(head(s));
+        }
+        d
+    }
+
+    pub fn children_len(&self) -> usize {
+        self.children.len()
+    }
+
+    pub fn seps_len(&self) -> usize {
+        self.sep_ends.len()
+    }
+
+    #[inline]
+    pub fn sep(&self, i: usize) -> &[u8] {
+        let start = if i == 0 {
+            0
+        } else {
+            self.sep_ends[i - 1] as usize
+        };
+        &self.sep_data[start..self.sep_ends[i] as usize]
+    }
+
+    pub fn child(&self, i: usize) -> &ChildRef {
+        &self.children[i]
+    }
+
+    /// Index of the child whose range holds `key`.
+    #[inline]
+    pub fn child_index(&self, key: &[u8]) -> usize {
+        match search_heads(&self.heads, key, |i| self.sep(i)) {
+            Ok(i) => i + 1,
+            Err(i) => i,
+        }
+    }
+
+    pub fn seps_bytes(&self) -> usize {
+        self.sep_data.len()
+    }
+
+    pub fn mem_bytes(&self) -> usize {
+        std::mem::size_of::<Self>()
+            + self.heads.capacity() * 8
+            + self.sep_ends.capacity() * 4
+            + self.sep_data.capacity()
+            + self.children.capacity() * std::mem::size_of::<ChildRef>()
+    }
+}
+
+#[derive(Debug)]
+pub enum Body {
+    Leaf {
+        base: Arc<LeafData>,
+        delta: Option<Arc<LeafData>>,
+    },
+    Internal {
+        base: Arc<InternalData>,
+        patches: Box<[(u32, ChildRef)]>,
+    },
+}
+
+#[derive(Debug)]
+pub struct Node {
+    level: u8,
+    body: Body,
+    /// Where a checkpoint wrote this exact node, consolidated.
+    pub written: Written,
+    mem: usize,
+}
+
+impl Node {
+    pub fn leaf(base: Arc<LeafData>, delta: Option<Arc<LeafData>>) -> Self {
+        let mem = std::mem::size_of::<Node>()
+            + base.mem_bytes()
+            + delta.as_ref().map_or(0, |d| d.mem_bytes());
+        Node {
+            level: 0,
+            body: Body::Leaf { base, delta },
+            written: Written::default(),
+            mem,
+        }
+    }
+
+    pub fn internal(level: u8, base: Arc<InternalData>, patches: Box<[(u32, ChildRef)]>) -> Self {
+        assert!(level > 0, "internal node at level 0");
+        debug_assert!(
+            patches.windows(2).all(|w| w[0].0 < w[1].0),
+            "patches out of order"
+        );
+        let mem = std::mem::size_of::<Node>()
+            + base.mem_bytes()
+            + patches.len() * std::mem::size_of::<(u32, ChildRef)>();
+        Node {
+            level,
+            body: Body::Internal { base, patches },
+            written: Written::default(),
+            mem,
+        }
+    }
+
+    pub fn level(&self) -> u8 {
+        self.level
+    }
+
+    pub fn is_leaf(&self) -> bool {
+        self.level == 0
+    }
+
+    pub fn body(&self) -> &Body {
+        &self.body
+    }
+
+    /// Bytes of memory this node holds (bases counted in full even if shared).
+    pub fn mem_bytes(&self) -> usize {
+        self.mem
+    }
+
+    /// Number of children (internal nodes) or entries counting tombstones as
+    /// applied (leaves; exact only without a delta).
+    pub fn children_len(&self) -> usize {
+        match &self.body {
+            Body::Internal { base, .. } => base.children_len(),
+            Body::Leaf { .. } => 0,
+        }
+    }
+
+    /// The effective reference to child `i` of an internal node.
+    pub fn child_ref(&self, i: usize) -> &ChildRef {
+        match &self.body {
+            Body::Internal { base, patches } => {
+                match patches.binary_search_by_key(&(i as u32), |p| p.0) {
+                    Ok(j) => &patches[j].1,
+                    Err(_) => base.child(i),
+                }
+            }
+            Body::Leaf { .. } => panic!("child_ref on a leaf"),
+        }
+    }
+
+    pub fn internal_base(&self) -> &Arc<InternalData> {
+        match &self.body {
+            Body::Internal { base, .. } => base,
+            Body::Leaf { .. } => panic!("internal_base on a leaf"),
+        }
+    }
+}

@@ -1,0 +1,221 @@
+//! The pager: finds nodes by page reference, through a page cache with a
+//! limit in bytes, reading and validating pages on a miss with one positioned
+//! read each.
+
+use crate::leaf::BigValue;
+use crate::node::{ChildRef, Node};
+use crate::page::decode_page;
+use kivi_log::{decode_record_at, Corruption, Error, PageRef, RecordType};
+use kivi_storage::{SegmentReader, Storage};
+use parking_lot::RwLock;
+use quick_cache::sync::Cache;
+use quick_cache::Weighter;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+#[derive(Clone)]
+struct NodeWeight;
+
+impl Weighter<u64, Arc<Node>> for NodeWeight {
+    fn weight(&self, _key: &u64, node: &Arc<Node>) -> u64 {
+        node.mem_bytes().max(1) as u64
+    }
+}
+
+/// Counters for `stats`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PagerStats {
+    pub cache_bytes: u64,
+    pub cache_capacity: u64,
+    pub cache_pages: u64,
+    pub hits: u64,
+    pub misses: u64,
+    pub page_reads: u64,
+    pub blob_reads: u64,
+}
+
+pub struct Pager {
+    storage: Arc<dyn Storage>,
+    cache: Cache<u64, Arc<Node>, NodeWeight>,
+    readers: RwLock<HashMap<u32, Arc<dyn SegmentReader>>>,
+    /// Newest checkpoint generation known durable: a node written by a
+    /// checkpoint of this generation or older may be dropped from memory.
+    durable_generation: AtomicU64,
+    page_reads: AtomicU64,
+    blob_reads: AtomicU64,
+}
+
+impl std::fmt::Debug for Pager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pager")
+            .field("cache_bytes", &self.cache.weight())
+            .finish()
+    }
+}
+
+impl Pager {
+    pub fn new(storage: Arc<dyn Storage>, cache_bytes: u64) -> Self {
+        // Estimated item count only sizes the hash table; weight is the limit.
+        let items = (cache_bytes / 2048).clamp(64, 1 << 22) as usize;
+        Pager {
+            storage,
+            cache: Cache::with_weighter(items, cache_bytes.max(1), NodeWeight),
+            readers: RwLock::new(HashMap::new()),
+            durable_generation: AtomicU64::new(0),
+            page_reads: AtomicU64::new(0),
+            blob_reads: AtomicU64::new(0),
+        }
+    }
+
+    pub fn storage(&self) -> &Arc<dyn Storage> {
+        &self.storage
+    }
+
+    pub fn durable_generation(&self) -> u64 {
+        self.durable_generation.load(Ordering::Acquire)
+    }
+
+    pub fn set_durable_generation(&self, generation: u64) {
+        self.durable_generation
+            .fetch_max(generation, Ordering::AcqRel);
+    }
+
+    /// Where `node` is durably on disk, if it is.
+    pub fn durable_page(&self, node: &Node) -> Option<PageRef> {
+        let durable = self.durable_generation();
+        node.written.get(|g| g <= durable)
+    }
+
+    pub fn stats(&self) -> PagerStats {
+        PagerStats {
+            cache_bytes: self.cache.weight(),
+            cache_capacity: self.cache.capacity(),
+            cache_pages: self.cache.len() as u64,
+            hits: self.cache.hits(),
+            misses: self.cache.misses(),
+            page_reads: self.page_reads.load(Ordering::Relaxed),
+            blob_reads: self.blob_reads.load(Ordering::Relaxed),
+        }
+    }
+
+    fn reader(&self, segment: u32) -> Result<Arc<dyn SegmentReader>, Error> {
+        if let Some(r) = self.readers.read().get(&segment) {
+            return Ok(r.clone());
+        }
+        let r = self.storage.open_segment(u64::from(segment))?;
+        self.readers.write().insert(segment, r.clone());
+        Ok(r)
+    }
+
+    /// Forgets the open reader of a deleted segment and must be called before
+    /// the segment's pages could be asked for again (they cannot: deleted
+    /// segments hold nothing reachable).
+    pub fn forget_segment(&self, segment: u64) {
+        self.readers.write().remove(&(segment as u32));
+    }
+
+    fn corrupt(&self, page: PageRef, what: impl Into<String>) -> Error {
+        Error::Corrupt(Corruption::new(
+            self.storage.segment_name(u64::from(page.addr.segment)),
+            u64::from(page.addr.offset),
+            what,
+        ))
+    }
+
+    /// Reads a whole record with one positioned read and checks its frame.
+    fn read_record(&self, page: PageRef, ty: RecordType) -> Result<Vec<u8>, Error> {
+        let reader = self.reader(page.addr.segment)?;
+        let mut buf = vec![0u8; page.len as usize];
+        if let Err(e) = reader.read_at(u64::from(page.addr.offset), &mut buf) {
+            if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                return Err(self.corrupt(page, "reference points past the end of its segment"));
+            }
+            return Err(e.into());
+        }
+        match decode_record_at(
+            &buf,
+            u64::from(page.addr.segment),
+            u64::from(page.addr.offset),
+        ) {
+            Ok((found, _, n)) if found == ty && n == buf.len() => {}
+            Ok((found, _, _)) if found != ty => {
+                return Err(self.corrupt(page, format!("expected a {ty:?} record, found {found:?}")))
+            }
+            Ok(_) => return Err(self.corrupt(page, "record length differs from its reference")),
+            Err(e) => return Err(self.corrupt(page, e.describe())),
+        }
+        buf.drain(..kivi_log::RECORD_HEADER_LEN);
+        Ok(buf)
+    }
+
+    /// The node stored at `page`, which must be at `level`.
+    pub fn load(&self, page: PageRef, level: u8) -> Result<Arc<Node>, Error> {
+        let key = page.addr.as_u64();
+        if let Some(node) = self.cache.get(&key) {
+            if node.level() != level {
+                return Err(self.corrupt(
+                    page,
+                    format!("page at level {} where level {level} belongs", node.level()),
+                ));
+            }
+            return Ok(node);
+        }
+        self.page_reads.fetch_add(1, Ordering::Relaxed);
+        let body = self.read_record(page, RecordType::Page)?;
+        let node =
+            Arc::new(decode_page(&body, page, level).map_err(|what| self.corrupt(page, what))?);
+        self.cache.insert(key, node.clone());
+        Ok(node)
+    }
+
+    /// Reads and validates the page at `page` from storage, bypassing the cache.
+    pub fn load_uncached(&self, page: PageRef, level: u8) -> Result<Arc<Node>, Error> {
+        self.page_reads.fetch_add(1, Ordering::Relaxed);
+        let body = self.read_record(page, RecordType::Page)?;
+        Ok(Arc::new(
+            decode_page(&body, page, level).map_err(|what| self.corrupt(page, what))?,
+        ))
+    }
+
+    /// The child a reference points to, at `level`.
+    #[inline]
+    pub fn resolve(&self, child: &ChildRef, level: u8) -> Result<Arc<Node>, Error> {
+        if let Some(node) = child.mem() {
+            return Ok(node);
+        }
+        self.load(
+            child
+                .page()
+                .expect("child ref with neither memory nor page"),
+            level,
+        )
+    }
+
+    /// Puts a node that is durably at `page` into the cache.
+    pub fn insert_clean(&self, page: PageRef, node: Arc<Node>) {
+        self.cache.insert(page.addr.as_u64(), node);
+    }
+
+    /// The bytes of an out-of-line value.
+    pub fn read_big(&self, big: &BigValue) -> Result<Vec<u8>, Error> {
+        if let Some(bytes) = &big.bytes {
+            return Ok(bytes.to_vec());
+        }
+        let page = big
+            .written
+            .get(|_| true)
+            .expect("big value with neither bytes nor blob");
+        self.blob_reads.fetch_add(1, Ordering::Relaxed);
+        let body = self.read_record(page, RecordType::Blob)?;
+        if body.len() != big.len as usize {
+            return Err(self.corrupt(page, "blob length differs from its reference"));
+        }
+        Ok(body)
+    }
+
+    /// Empties the cache (for tests and benchmarks of cold reads).
+    pub fn clear_cache(&self) {
+        self.cache.clear();
+    }
+}

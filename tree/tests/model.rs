@@ -1,0 +1,279 @@
+//! The tree against a `BTreeMap` model: random batches of puts and deletes,
+//! point lookups, scans in both directions, checkpoints, release to a tiny
+//! cache and reads back from pages, all compared with the model.
+
+use kivi_log::{OpRef, PageRef, RecordType, SegmentAppender, SegmentKind};
+use kivi_storage::{MemoryStorage, Storage};
+use kivi_tree::{
+    apply, check_tree, get_into, release_written, write_tree, Cursor, Node, PageSink, Pager,
+    TreeConfig, ValueRef, WriteStats,
+};
+use proptest::prelude::*;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+struct Sink(SegmentAppender);
+
+impl PageSink for Sink {
+    fn write_record(
+        &mut self,
+        ty: RecordType,
+        body: &mut dyn FnMut(&mut Vec<u8>),
+    ) -> Result<PageRef, kivi_log::Error> {
+        let r = self.0.buffer_record(ty, |out| body(out));
+        self.0.flush()?;
+        Ok(r)
+    }
+}
+
+struct Harness {
+    storage: Arc<MemoryStorage>,
+    pager: Pager,
+    cfg: TreeConfig,
+    root: Option<Arc<Node>>,
+    pairs: i64,
+    generation: u64,
+    next_segment: u64,
+}
+
+impl Harness {
+    fn new(cache_bytes: u64, cfg: TreeConfig) -> Self {
+        let storage = Arc::new(MemoryStorage::new());
+        let pager = Pager::new(storage.clone(), cache_bytes);
+        Harness {
+            storage,
+            pager,
+            cfg,
+            root: None,
+            pairs: 0,
+            generation: 0,
+            next_segment: 1,
+        }
+    }
+
+    fn apply(&mut self, ops: &[(Vec<u8>, Option<Vec<u8>>)]) {
+        let refs: Vec<OpRef> = ops
+            .iter()
+            .map(|(k, v)| match v {
+                Some(v) => OpRef::Put(k, v),
+                None => OpRef::Delete(k),
+            })
+            .collect();
+        let out = apply(&self.pager, &self.cfg, self.root.as_ref(), &refs).unwrap();
+        self.root = out.root;
+        self.pairs += out.pairs_delta;
+    }
+
+    /// Writes the current version, marks it durable, releases it to the
+    /// cache, and continues from the root page read back from storage.
+    fn checkpoint(&mut self, reload: bool) {
+        let Some(root) = self.root.clone() else {
+            return;
+        };
+        self.generation += 1;
+        let app = SegmentAppender::create(
+            self.storage.as_ref(),
+            self.next_segment,
+            [0; 16],
+            SegmentKind::Pages,
+            None,
+        )
+        .unwrap();
+        self.next_segment += 1;
+        let mut sink = Sink(app);
+        let mut stats = WriteStats::default();
+        let page = write_tree(&self.pager, &root, self.generation, &mut sink, &mut stats).unwrap();
+        sink.0.sync().unwrap();
+        self.pager.set_durable_generation(self.generation);
+        release_written(&self.pager, &root);
+        if reload {
+            self.pager.clear_cache();
+            self.root = Some(self.pager.load(page, root.level()).unwrap());
+        }
+    }
+
+    fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
+        let mut out = Vec::new();
+        let root = self.root.as_ref()?;
+        get_into(&self.pager, root, key, &mut out)
+            .unwrap()
+            .then_some(out)
+    }
+
+    fn value(&self, v: ValueRef<'_>) -> Vec<u8> {
+        match v {
+            ValueRef::Inline(v) => v.to_vec(),
+            ValueRef::Big(b) => self.pager.read_big(b).unwrap(),
+        }
+    }
+
+    fn scan_forward(&self, from: Option<&[u8]>) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let mut c = Cursor::new(self.root.clone());
+        c.seek_forward(&self.pager, from).unwrap();
+        let mut out = Vec::new();
+        while c.is_valid() {
+            out.push((c.key().to_vec(), self.value(c.value())));
+            c.next(&self.pager).unwrap();
+        }
+        out
+    }
+
+    fn scan_backward(&self, before: Option<&[u8]>) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let mut c = Cursor::new(self.root.clone());
+        c.seek_backward(&self.pager, before).unwrap();
+        let mut out = Vec::new();
+        while c.is_valid() {
+            out.push((c.key().to_vec(), self.value(c.value())));
+            c.prev(&self.pager).unwrap();
+        }
+        out
+    }
+
+    fn assert_matches(&self, model: &BTreeMap<Vec<u8>, Vec<u8>>, probes: &[Vec<u8>]) {
+        assert_eq!(self.pairs, model.len() as i64, "pair count");
+        let all: Vec<_> = model.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        assert_eq!(self.scan_forward(None), all, "forward scan");
+        let mut rev = all.clone();
+        rev.reverse();
+        assert_eq!(self.scan_backward(None), rev, "backward scan");
+        for p in probes {
+            assert_eq!(self.get(p), model.get(p).cloned(), "get {p:?}");
+            let fwd: Vec<_> = model
+                .range(p.clone()..)
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            assert_eq!(self.scan_forward(Some(p)), fwd, "forward from {p:?}");
+            let back: Vec<_> = model
+                .range(..p.clone())
+                .rev()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            assert_eq!(self.scan_backward(Some(p)), back, "backward before {p:?}");
+        }
+        if let Some(root) = &self.root {
+            let report = check_tree(&self.pager, root);
+            assert!(report.problems.is_empty(), "{:?}", report.problems);
+            assert_eq!(report.pairs, model.len() as u64);
+        }
+    }
+}
+
+fn key(k: u16) -> Vec<u8> {
+    // Shared prefixes, varying lengths: exercises prefix compression and heads.
+    let mut v = b"key/".to_vec();
+    v.extend_from_slice(format!("{k:05}").as_bytes());
+    if k.is_multiple_of(7) {
+        v.extend_from_slice(b"/long-suffix-for-variety");
+    }
+    v
+}
+
+fn value(k: u16, version: u8, big: bool) -> Vec<u8> {
+    let len = if big {
+        1500 + usize::from(k % 100)
+    } else {
+        usize::from(k % 50)
+    };
+    (0..len)
+        .map(|i| (i as u8).wrapping_add(version).wrapping_mul(31))
+        .collect()
+}
+
+#[derive(Debug, Clone)]
+enum Step {
+    Batch(Vec<(u16, Option<(u8, bool)>)>),
+    Checkpoint { reload: bool },
+}
+
+fn step(max_key: u16) -> impl Strategy<Value = Step> {
+    prop_oneof![
+        8 => proptest::collection::vec(
+            (0..max_key, proptest::option::weighted(0.7, (any::<u8>(), proptest::bool::weighted(0.03)))),
+            1..200
+        ).prop_map(Step::Batch),
+        1 => any::<bool>().prop_map(|reload| Step::Checkpoint { reload }),
+    ]
+}
+
+fn run(steps: Vec<Step>, cache_bytes: u64, cfg: TreeConfig, max_key: u16) {
+    let mut h = Harness::new(cache_bytes, cfg);
+    let mut model = BTreeMap::new();
+    for s in steps {
+        match s {
+            Step::Batch(ops) => {
+                let mut batch: BTreeMap<Vec<u8>, Option<Vec<u8>>> = BTreeMap::new();
+                for (k, op) in ops {
+                    batch.insert(key(k), op.map(|(ver, big)| value(k, ver, big)));
+                }
+                for (k, v) in &batch {
+                    match v {
+                        Some(v) => model.insert(k.clone(), v.clone()),
+                        None => model.remove(k),
+                    };
+                }
+                let ops: Vec<_> = batch.into_iter().collect();
+                h.apply(&ops);
+            }
+            Step::Checkpoint { reload } => h.checkpoint(reload),
+        }
+        let probes: Vec<Vec<u8>> = (0..max_key)
+            .step_by(37)
+            .map(key)
+            .chain([b"".to_vec(), b"zzz".to_vec()])
+            .collect();
+        h.assert_matches(&model, &probes);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn tree_matches_model(steps in proptest::collection::vec(step(2000), 1..25)) {
+        run(steps, 64 << 20, TreeConfig::default(), 2000);
+    }
+
+    #[test]
+    fn tree_matches_model_with_small_pages_and_a_tiny_cache(steps in proptest::collection::vec(step(600), 1..25)) {
+        // Pages of a few entries, three-level trees, a cache of a few pages.
+        let cfg = TreeConfig { page_target: 256, delta_max: 4, patch_max: 3 };
+        run(steps, 4096, cfg, 600);
+    }
+}
+
+#[test]
+fn bulk_load_in_order_fills_pages() {
+    let mut h = Harness::new(64 << 20, TreeConfig::default());
+    let mut model = BTreeMap::new();
+    for batch in 0..100u32 {
+        let ops: Vec<_> = (0..1000u32)
+            .map(|i| {
+                let n = batch * 1000 + i;
+                let mut k = (n as u64).to_be_bytes().to_vec();
+                k.extend_from_slice(&[n as u8; 32]);
+                let v = vec![(n % 251) as u8; 40];
+                model.insert(k.clone(), v.clone());
+                (k, Some(v))
+            })
+            .collect();
+        h.apply(&ops);
+    }
+    h.checkpoint(true);
+    h.assert_matches(&model, &[]);
+    let bytes: u64 = h
+        .storage
+        .list_segments()
+        .unwrap()
+        .iter()
+        .map(|&s| h.storage.open_segment(s).unwrap().size().unwrap())
+        .sum();
+    let per_pair = bytes as f64 / 100_000.0;
+    eprintln!(
+        "bulk load: {per_pair:.1} bytes per pair, root level {}",
+        h.root.as_ref().unwrap().level()
+    );
+    assert!(
+        per_pair < 85.0,
+        "{per_pair:.1} bytes per kv40 pair after a bulk load"
+    );
+}
