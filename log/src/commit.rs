@@ -113,6 +113,8 @@ pub struct CheckpointRecord {
     pub page_end: Addr,
     /// Number of key-value pairs in the tree.
     pub pairs: u64,
+    /// Bytes of every page and blob reachable from the root.
+    pub tree_bytes: u64,
 }
 
 impl CheckpointRecord {
@@ -129,6 +131,7 @@ impl CheckpointRecord {
         out.extend_from_slice(&self.page_end.segment.to_le_bytes());
         out.extend_from_slice(&self.page_end.offset.to_le_bytes());
         out.extend_from_slice(&self.pairs.to_le_bytes());
+        out.extend_from_slice(&self.tree_bytes.to_le_bytes());
     }
 
     pub fn decode(body: &[u8]) -> Result<Self, DecodeError> {
@@ -145,13 +148,19 @@ impl CheckpointRecord {
             offset: r.u32()?,
         };
         let pairs = r.u64()?;
+        let tree_bytes = r.u64()?;
         r.expect_end()?;
-        if root.is_none() && (root_level != 0 || pairs != 0) {
+        if root.is_none() && (root_level != 0 || pairs != 0 || tree_bytes != 0) {
             return Err(r.err("empty tree with a level or pairs"));
         }
         if let Some(root) = root {
             if root.addr >= page_end {
                 return Err(r.err("checkpoint root lies past the page stream end"));
+            }
+        }
+        if let Some(root) = root {
+            if tree_bytes < u64::from(root.len) {
+                return Err(r.err("tree smaller than its root page"));
             }
         }
         Ok(CheckpointRecord {
@@ -160,6 +169,7 @@ impl CheckpointRecord {
             root_level,
             page_end,
             pairs,
+            tree_bytes,
         })
     }
 }
@@ -211,6 +221,7 @@ mod tests {
                 offset: 499,
             },
             pairs: 12345,
+            tree_bytes: 5000,
         };
         let mut out = Vec::new();
         c.encode(&mut out);

@@ -1,10 +1,11 @@
 //! `check`: reads every page reachable from a root straight from storage (not
 //! from the cache) and checks every invariant a reader relies on, including
 //! the ones lookups do not need: each node's keys lie inside the range its
-//! parent's separators give it. Keeps going past problems to report them all.
+//! parent's separators give it, and each subtree's recorded size is the sum
+//! of what it holds. Keeps going past problems to report them all.
 
 use crate::leaf::{Entry, ValueRef};
-use crate::node::{Body, Node};
+use crate::node::{Body, DiskRef, Node};
 use crate::pager::Pager;
 use crate::read::leaf_entries;
 use std::sync::Arc;
@@ -14,32 +15,41 @@ pub struct CheckReport {
     pub pages: u64,
     pub blobs: u64,
     pub pairs: u64,
+    /// Bytes of the pages and blobs reachable from the root.
+    pub tree_bytes: u64,
     /// One line per problem, each naming where it is.
     pub problems: Vec<String>,
 }
 
+/// Checks the tree under `root`, which is the node stored at `at` when the
+/// root is on disk.
 pub fn check_tree(pager: &Pager, root: &Arc<Node>) -> CheckReport {
     let mut report = CheckReport::default();
-    visit(pager, root, None, None, &mut report);
+    let at = root.written.get(|_| true);
+    report.tree_bytes = visit(pager, root, at, None, None, &mut report);
     report
 }
 
 fn location(node: &Node) -> String {
     match node.written.get(|_| true) {
-        Some(p) => format!("page {}", p.addr),
+        Some(p) => format!("page {}", p.page.addr),
         None => "in-memory node".to_string(),
     }
 }
 
+/// Visits a node and returns the bytes of its subtree (0 for parts that
+/// are only in memory).
 fn visit(
     pager: &Pager,
     node: &Arc<Node>,
+    at: Option<DiskRef>,
     lo: Option<&[u8]>,
     hi: Option<&[u8]>,
     report: &mut CheckReport,
-) {
+) -> u64 {
     report.pages += 1;
     let out_of_range = |k: &[u8]| lo.is_some_and(|lo| k < lo) || hi.is_some_and(|hi| k >= hi);
+    let mut bytes = at.map_or(0, |a| u64::from(a.page.len));
     match node.body() {
         Body::Leaf { .. } => {
             let entries = leaf_entries(node);
@@ -55,6 +65,9 @@ fn visit(
                 report.pairs += 1;
                 if let Entry::Value(ValueRef::Big(b)) = e {
                     report.blobs += 1;
+                    if let Some(blob) = b.written.get(|_| true) {
+                        bytes += u64::from(blob.len);
+                    }
                     if b.bytes.is_none() {
                         if let Err(e) = pager.read_big(b) {
                             report.problems.push(e.to_string());
@@ -78,15 +91,30 @@ fn visit(
                 let child_lo = if i == 0 { lo } else { Some(base.sep(i - 1)) };
                 let child_hi = if i + 1 == n { hi } else { Some(base.sep(i)) };
                 let cref = node.child_ref(i);
-                let child = match cref.mem() {
-                    Some(c) => Ok(c),
-                    None => pager.load_uncached(cref.page().expect("child ref"), node.level() - 1),
+                let (child, child_at) = match cref.mem() {
+                    Some(c) => {
+                        let w = c.written.get(|_| true);
+                        (Ok(c), w)
+                    }
+                    None => {
+                        let p = cref.page().expect("child ref");
+                        (pager.load_uncached(p, node.level() - 1), Some(p))
+                    }
                 };
                 match child {
-                    Ok(c) => visit(pager, &c, child_lo, child_hi, report),
+                    Ok(c) => bytes += visit(pager, &c, child_at, child_lo, child_hi, report),
                     Err(e) => report.problems.push(e.to_string()),
                 }
             }
         }
     }
+    if let Some(a) = at {
+        if a.subtree != bytes {
+            report.problems.push(format!(
+                "page {}: records a subtree of {} bytes, holds {bytes}",
+                a.page.addr, a.subtree
+            ));
+        }
+    }
+    bytes
 }

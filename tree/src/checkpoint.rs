@@ -11,7 +11,7 @@
 //! the node to the page cache, which from then on decides if it stays in RAM.
 
 use crate::leaf::{merge_into, BigValue, Entry, LeafData, ValueRef};
-use crate::node::{Body, ChildRef, InternalData, Node};
+use crate::node::{Body, ChildRef, DiskRef, InternalData, Node};
 use crate::page::{encode_internal, encode_leaf};
 use crate::pager::Pager;
 use kivi_log::{Error, PageRef, RecordType};
@@ -43,7 +43,7 @@ pub fn write_tree(
     generation: u64,
     sink: &mut dyn PageSink,
     stats: &mut WriteStats,
-) -> Result<PageRef, Error> {
+) -> Result<DiskRef, Error> {
     let durable = pager.durable_generation();
     let valid = move |g: u64| g <= durable || g == generation;
     let mut w = TreeWriter {
@@ -63,7 +63,7 @@ struct TreeWriter<'a> {
 }
 
 impl TreeWriter<'_> {
-    fn write_node(&mut self, node: &Arc<Node>) -> Result<PageRef, Error> {
+    fn write_node(&mut self, node: &Arc<Node>) -> Result<DiskRef, Error> {
         if let Some(r) = node.written.get(self.valid) {
             return Ok(r);
         }
@@ -79,39 +79,51 @@ impl TreeWriter<'_> {
                     }
                 };
                 let mut blobs = Vec::new();
+                let mut subtree = 0u64;
                 for (k, e) in live {
                     let Entry::Value(v) = e else {
                         unreachable!("tombstone survived merge")
                     };
                     if let ValueRef::Big(b) = v {
-                        blobs.push(self.write_blob(b)?);
+                        let blob = self.write_blob(b)?;
+                        subtree += u64::from(blob.len);
+                        blobs.push(blob);
                     }
                     entries.push((k, v));
                 }
                 assert!(!entries.is_empty(), "writing an empty leaf");
                 let mut blob_refs = blobs.into_iter();
-                self.write(RecordType::Page, &mut |out| {
+                let page = self.write(RecordType::Page, &mut |out| {
                     encode_leaf(out, &entries, |_| {
                         blob_refs.next().expect("one blob ref per big value")
                     })
-                })?
+                })?;
+                DiskRef {
+                    page,
+                    subtree: subtree + u64::from(page.len),
+                }
             }
             Body::Internal { base, .. } => {
                 let n = base.children_len();
                 let mut children = Vec::with_capacity(n);
                 for i in 0..n {
                     let cref = node.child_ref(i);
-                    let page = match cref.mem() {
+                    let child = match cref.mem() {
                         Some(child) => self.write_node(&child)?,
                         None => cref.page().expect("child ref with neither memory nor page"),
                     };
-                    children.push(page);
+                    children.push(child);
                 }
                 let seps: Vec<&[u8]> = (0..base.seps_len()).map(|i| base.sep(i)).collect();
                 let level = node.level();
-                self.write(RecordType::Page, &mut |out| {
+                let page = self.write(RecordType::Page, &mut |out| {
                     encode_internal(out, level, &children, &seps)
-                })?
+                })?;
+                let below: u64 = children.iter().map(|c| c.subtree).sum();
+                DiskRef {
+                    page,
+                    subtree: below + u64::from(page.len),
+                }
             }
         };
         node.written.set(r, self.generation);
@@ -167,7 +179,7 @@ pub fn release_written(pager: &Pager, root: &Arc<Node>) {
 
 /// The form of a written node worth keeping in the cache: overlays folded
 /// in, out-of-line values known by their blob only.
-fn compact(pager: &Pager, node: &Arc<Node>, page: PageRef) -> Arc<Node> {
+fn compact(pager: &Pager, node: &Arc<Node>, page: DiskRef) -> Arc<Node> {
     let durable = pager.durable_generation();
     let out = match node.body() {
         Body::Leaf { base, delta } => {

@@ -54,22 +54,28 @@ pub fn search_heads<'a>(
 /// Where something was written, and by which checkpoint. A checkpoint that
 /// fails leaves its marks behind; they count only once that checkpoint's
 /// generation is durable, so a failed checkpoint's writes are simply redone.
-#[derive(Debug, Default)]
-pub struct Written(Mutex<Option<(PageRef, u64)>>);
+#[derive(Debug)]
+pub struct Written<T: Copy>(Mutex<Option<(T, u64)>>);
 
-impl Written {
-    pub fn get(&self, valid: impl Fn(u64) -> bool) -> Option<PageRef> {
+impl<T: Copy> Default for Written<T> {
+    fn default() -> Self {
+        Written(Mutex::new(None))
+    }
+}
+
+impl<T: Copy> Written<T> {
+    pub fn get(&self, valid: impl Fn(u64) -> bool) -> Option<T> {
         match *self.0.lock() {
             Some((r, generation)) if valid(generation) => Some(r),
             _ => None,
         }
     }
 
-    pub fn set(&self, r: PageRef, generation: u64) {
+    pub fn set(&self, r: T, generation: u64) {
         *self.0.lock() = Some((r, generation));
     }
 
-    pub fn new_at(r: PageRef, generation: u64) -> Self {
+    pub fn new_at(r: T, generation: u64) -> Self {
         Written(Mutex::new(Some((r, generation))))
     }
 }
@@ -81,7 +87,7 @@ pub struct BigValue {
     /// dropped; `None` when it is known only by its blob on disk.
     pub bytes: Option<Box<[u8]>>,
     /// The blob record holding it, once written.
-    pub written: Written,
+    pub written: Written<PageRef>,
     pub len: u32,
 }
 

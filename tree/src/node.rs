@@ -25,6 +25,14 @@ use arc_swap::ArcSwapOption;
 use kivi_log::PageRef;
 use std::sync::{Arc, OnceLock};
 
+/// A durable page and the bytes of everything reachable from it (the page,
+/// its descendants and their out-of-line values): the live bytes of a subtree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DiskRef {
+    pub page: PageRef,
+    pub subtree: u64,
+}
+
 /// A pointer from an internal node to a child.
 ///
 /// Invariant: at least one of `mem` and `page` is set, and `mem` is cleared
@@ -32,7 +40,7 @@ use std::sync::{Arc, OnceLock};
 /// `page`.
 #[derive(Debug, Default)]
 pub struct ChildRef {
-    page: OnceLock<PageRef>,
+    page: OnceLock<DiskRef>,
     mem: ArcSwapOption<Node>,
 }
 
@@ -44,7 +52,7 @@ impl ChildRef {
         }
     }
 
-    pub fn on_disk(page: PageRef) -> Self {
+    pub fn on_disk(page: DiskRef) -> Self {
         let cell = OnceLock::new();
         cell.set(page).expect("fresh cell");
         ChildRef {
@@ -57,7 +65,7 @@ impl ChildRef {
         self.mem.load_full()
     }
 
-    pub fn page(&self) -> Option<PageRef> {
+    pub fn page(&self) -> Option<DiskRef> {
         self.page.get().copied()
     }
 
@@ -77,7 +85,7 @@ impl ChildRef {
 
     /// Replaces the in-memory pointer by the durable page reference `page`.
     /// Returns the node that was in memory, if any.
-    pub fn swizzle_out(&self, page: PageRef) -> Option<Arc<Node>> {
+    pub fn swizzle_out(&self, page: DiskRef) -> Option<Arc<Node>> {
         match self.page.get() {
             Some(p) => assert_eq!(*p, page, "child swizzled to two different pages"),
             None => {
@@ -181,7 +189,7 @@ pub struct Node {
     level: u8,
     body: Body,
     /// Where a checkpoint wrote this exact node, consolidated.
-    pub written: Written,
+    pub written: Written<DiskRef>,
     mem: usize,
 }
 

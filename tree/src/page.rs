@@ -9,7 +9,7 @@
 //! ```
 //! Internal page body:
 //! ```text
-//! u8 level (>= 1) | varint children | children × PageRef (12 bytes)
+//! u8 level (>= 1) | varint children | children × (PageRef (12 bytes) | varint subtree bytes)
 //!   | (children - 1) × separator = varint shared | varint suffix_len | suffix
 //! ```
 //! Keys and separators are prefix-compressed against the previous one in the
@@ -23,7 +23,7 @@
 //! in the log and can never loop) and the expected level.
 
 use crate::leaf::{BigValue, Entry, LeafData, ValueRef, INLINE_VALUE_MAX};
-use crate::node::{ChildRef, InternalData, Node};
+use crate::node::{ChildRef, DiskRef, InternalData, Node};
 use kivi_log::codec::{put_varint, Reader};
 use kivi_log::{PageRef, MAX_KEY_LEN, MAX_VALUE_LEN, RECORD_HEADER_LEN};
 use std::sync::Arc;
@@ -66,12 +66,13 @@ pub fn encode_leaf<'a>(
 }
 
 /// Encodes an internal page body.
-pub fn encode_internal(out: &mut Vec<u8>, level: u8, children: &[PageRef], seps: &[&[u8]]) {
+pub fn encode_internal(out: &mut Vec<u8>, level: u8, children: &[DiskRef], seps: &[&[u8]]) {
     assert_eq!(children.len(), seps.len() + 1);
     out.push(level);
     put_varint(out, children.len() as u64);
     for c in children {
-        c.encode(out);
+        c.page.encode(out);
+        put_varint(out, c.subtree);
     }
     let mut prev: &[u8] = &[];
     for s in seps {
@@ -97,7 +98,7 @@ fn read_prefixed(r: &mut Reader<'_>, prev: &mut Vec<u8>) -> Result<(), &'static 
 
 /// Decodes and validates a page body found at `at`. `level` is the level the
 /// parent expects (the checkpoint, for a root).
-pub fn decode_page(body: &[u8], at: PageRef, level: u8) -> Result<Node, String> {
+pub fn decode_page(body: &[u8], at: DiskRef, level: u8) -> Result<Node, String> {
     let mut r = Reader::new(body);
     let found = r.u8().map_err(|e| e.to_string())?;
     if found != level {
@@ -106,11 +107,13 @@ pub fn decode_page(body: &[u8], at: PageRef, level: u8) -> Result<Node, String> 
         ));
     }
     let node = if level == 0 {
-        decode_leaf(&mut r, at)
+        decode_leaf(&mut r, at.page)
     } else {
-        decode_internal(&mut r, at, level)
+        decode_internal(&mut r, at.page, level)
     };
-    node.map_err(|what| format!("{what} (byte {} of the page)", r.pos()))
+    let node = node.map_err(|what| format!("{what} (byte {} of the page)", r.pos()))?;
+    node.written.set(at, 0);
+    Ok(node)
 }
 
 fn check_ref_before(child: PageRef, at: PageRef) -> Result<(), &'static str> {
@@ -157,9 +160,7 @@ fn decode_leaf(r: &mut Reader<'_>, at: PageRef) -> Result<Node, &'static str> {
     }
     r.expect_end().map_err(|e| e.what)?;
     leaf.shrink();
-    let node = Node::leaf(Arc::new(leaf), None);
-    node.written.set(at, 0);
-    Ok(node)
+    Ok(Node::leaf(Arc::new(leaf), None))
 }
 
 fn decode_internal(r: &mut Reader<'_>, at: PageRef, level: u8) -> Result<Node, &'static str> {
@@ -167,16 +168,20 @@ fn decode_internal(r: &mut Reader<'_>, at: PageRef, level: u8) -> Result<Node, &
         return Err("page level over the depth limit");
     }
     let n = r
-        .len(r.remaining() / PageRef::ENCODED_LEN)
+        .len(r.remaining() / (PageRef::ENCODED_LEN + 1))
         .map_err(|e| e.what)?;
     if n == 0 {
         return Err("internal page without children");
     }
     let mut children = Vec::with_capacity(n);
     for _ in 0..n {
-        let c = PageRef::decode(r).map_err(|e| e.what)?;
-        check_ref_before(c, at)?;
-        children.push(ChildRef::on_disk(c));
+        let page = PageRef::decode(r).map_err(|e| e.what)?;
+        check_ref_before(page, at)?;
+        let subtree = r.varint().map_err(|e| e.what)?;
+        if subtree < u64::from(page.len) {
+            return Err("subtree smaller than its own page");
+        }
+        children.push(ChildRef::on_disk(DiskRef { page, subtree }));
     }
     let mut seps: Vec<Vec<u8>> = Vec::with_capacity(n - 1);
     let mut key = Vec::new();
@@ -192,13 +197,11 @@ fn decode_internal(r: &mut Reader<'_>, at: PageRef, level: u8) -> Result<Node, &
     }
     r.expect_end().map_err(|e| e.what)?;
     let sep_refs: Vec<&[u8]> = seps.iter().map(|s| s.as_slice()).collect();
-    let node = Node::internal(
+    Ok(Node::internal(
         level,
         Arc::new(InternalData::new(&sep_refs, children)),
         Box::new([]),
-    );
-    node.written.set(at, 0);
-    Ok(node)
+    ))
 }
 
 /// Shortest key `s` with `left < s <= right` (`left < right`), used as the
@@ -216,10 +219,13 @@ mod tests {
     use kivi_log::Addr;
     use proptest::prelude::*;
 
-    fn at(offset: u32) -> PageRef {
-        PageRef {
-            addr: Addr { segment: 5, offset },
-            len: 100,
+    fn at(offset: u32) -> DiskRef {
+        DiskRef {
+            page: PageRef {
+                addr: Addr { segment: 5, offset },
+                len: 100,
+            },
+            subtree: 100,
         }
     }
 

@@ -3,7 +3,7 @@
 //! read each.
 
 use crate::leaf::BigValue;
-use crate::node::{ChildRef, Node};
+use crate::node::{ChildRef, DiskRef, Node};
 use crate::page::decode_page;
 use kivi_log::{decode_record_at, Corruption, Error, PageRef, RecordType};
 use kivi_storage::{SegmentReader, Storage};
@@ -82,7 +82,7 @@ impl Pager {
     }
 
     /// Where `node` is durably on disk, if it is.
-    pub fn durable_page(&self, node: &Node) -> Option<PageRef> {
+    pub fn durable_page(&self, node: &Node) -> Option<DiskRef> {
         let durable = self.durable_generation();
         node.written.get(|g| g <= durable)
     }
@@ -150,7 +150,8 @@ impl Pager {
     }
 
     /// The node stored at `page`, which must be at `level`.
-    pub fn load(&self, page: PageRef, level: u8) -> Result<Arc<Node>, Error> {
+    pub fn load(&self, at: DiskRef, level: u8) -> Result<Arc<Node>, Error> {
+        let page = at.page;
         let key = page.addr.as_u64();
         if let Some(node) = self.cache.get(&key) {
             if node.level() != level {
@@ -164,17 +165,18 @@ impl Pager {
         self.page_reads.fetch_add(1, Ordering::Relaxed);
         let body = self.read_record(page, RecordType::Page)?;
         let node =
-            Arc::new(decode_page(&body, page, level).map_err(|what| self.corrupt(page, what))?);
+            Arc::new(decode_page(&body, at, level).map_err(|what| self.corrupt(page, what))?);
         self.cache.insert(key, node.clone());
         Ok(node)
     }
 
     /// Reads and validates the page at `page` from storage, bypassing the cache.
-    pub fn load_uncached(&self, page: PageRef, level: u8) -> Result<Arc<Node>, Error> {
+    pub fn load_uncached(&self, at: DiskRef, level: u8) -> Result<Arc<Node>, Error> {
+        let page = at.page;
         self.page_reads.fetch_add(1, Ordering::Relaxed);
         let body = self.read_record(page, RecordType::Page)?;
         Ok(Arc::new(
-            decode_page(&body, page, level).map_err(|what| self.corrupt(page, what))?,
+            decode_page(&body, at, level).map_err(|what| self.corrupt(page, what))?,
         ))
     }
 
@@ -193,8 +195,8 @@ impl Pager {
     }
 
     /// Puts a node that is durably at `page` into the cache.
-    pub fn insert_clean(&self, page: PageRef, node: Arc<Node>) {
-        self.cache.insert(page.addr.as_u64(), node);
+    pub fn insert_clean(&self, at: DiskRef, node: Arc<Node>) {
+        self.cache.insert(at.page.addr.as_u64(), node);
     }
 
     /// The bytes of an out-of-line value.
