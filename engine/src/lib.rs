@@ -1,1 +1,47 @@
+//! kivi: a durable, strongly consistent, crash-only key-value store whose
+//! storage is an append-only log.
+//!
+//! ```no_run
+//! let db = kivi::Db::open("my-store", kivi::Options::default())?;
+//! db.put(b"hello", b"world")?;                 // durable when it returns
+//! assert_eq!(db.get(b"hello")?.as_deref(), Some(&b"world"[..]));
+//! for pair in db.range(b"a".as_slice()..b"z".as_slice()) {
+//!     let (key, value) = pair?;
+//! #   let _ = (key, value);
+//! }
+//! # Ok::<(), kivi::Error>(())
+//! ```
+//!
+//! Layers (each its own crate): storage (`kivi-storage`) → log (`kivi-log`)
+//! → tree (`kivi-tree`) → this engine. See ARCHITECTURE.md.
 
+mod batch;
+mod check;
+mod checkpointer;
+mod commit_log;
+mod db;
+mod error;
+mod identity;
+mod iter;
+pub mod limits;
+mod options;
+mod page_log;
+mod pipeline;
+mod recovery;
+mod stats;
+mod version;
+
+pub use batch::WriteBatch;
+pub use check::CheckReport;
+pub use db::Db;
+pub use error::{Error, Result};
+pub use iter::{Iter, Snapshot};
+pub use options::{Durability, Options};
+pub use pipeline::WriteOutcome;
+pub use stats::Stats;
+
+/// Storage backends, for opening a store somewhere other than a local
+/// directory (memory, or the crash simulator in tests).
+pub mod storage {
+    pub use kivi_storage::{Fault, LocalDir, MemoryStorage, SimStorage, Storage};
+}

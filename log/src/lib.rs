@@ -19,10 +19,10 @@ mod writer;
 pub use codec::{DecodeError, Reader};
 pub use commit::{CheckpointRecord, CommitRecord, Op, OpRef};
 pub use record::{
-    decode_record_at, encode_record, record_crc, Addr, PageRef, RecordType, MAX_RECORD_BODY,
-    RECORD_HEADER_LEN,
+    decode_record_at, encode_record, record_crc, Addr, PageRef, RecordError, RecordType,
+    MAX_RECORD_BODY, RECORD_HEADER_LEN,
 };
-pub use scan::{scan_segment, ScanEnd, ScannedRecord, SegmentScan};
+pub use scan::{read_header, scan_segment, ScanEnd, ScannedRecord, SegmentScan};
 pub use segment::{SegmentHeader, SegmentKind, FORMAT_VERSION, SEGMENT_HEADER_LEN};
 pub use writer::{SegmentAppender, SegmentIds};
 

@@ -73,31 +73,9 @@ pub fn scan_segment(
         ScanEnd::Exact(n) => n,
         ScanEnd::Tail => file_len,
     };
-    let header_bytes = SEGMENT_HEADER_LEN.min(file_len) as usize;
-    let mut head = vec![0u8; header_bytes];
-    reader.read_at(0, &mut head)?;
-    let header = match decode_record_at(&head, id, 0) {
-        Ok((RecordType::SegmentHeader, body, _)) => {
-            SegmentHeader::decode_body(body).map_err(|what| corrupt(0, what))?
-        }
-        Ok(_) => {
-            return Err(corrupt(
-                0,
-                "segment does not start with a segment header".into(),
-            ))
-        }
-        Err(_) if tail_mode && file_len <= SEGMENT_HEADER_LEN => return Ok(None),
-        Err(e) => return Err(corrupt(0, format!("segment header: {}", e.describe()))),
+    let Some(header) = read_header(reader.as_ref(), id, &name, file_len, tail_mode)? else {
+        return Ok(None);
     };
-    if header.segment != id {
-        return Err(corrupt(
-            0,
-            format!(
-                "header says segment {}, file is segment {id}",
-                header.segment
-            ),
-        ));
-    }
     if limit < SEGMENT_HEADER_LEN {
         return Err(corrupt(
             0,
@@ -117,6 +95,45 @@ pub fn scan_segment(
         header,
         torn_at: None,
     }))
+}
+
+/// Reads and validates the header of segment `id` (`file_len` bytes long).
+/// With `allow_torn`, a segment too short to hold a whole header whose header
+/// does not decode gives `Ok(None)`: its creation never completed.
+pub fn read_header(
+    reader: &dyn SegmentReader,
+    id: u64,
+    name: &str,
+    file_len: u64,
+    allow_torn: bool,
+) -> Result<Option<SegmentHeader>, Error> {
+    let corrupt = |offset: u64, what: String| Error::Corrupt(Corruption::new(name, offset, what));
+    let header_bytes = SEGMENT_HEADER_LEN.min(file_len) as usize;
+    let mut head = vec![0u8; header_bytes];
+    reader.read_at(0, &mut head)?;
+    let header = match decode_record_at(&head, id, 0) {
+        Ok((RecordType::SegmentHeader, body, _)) => {
+            SegmentHeader::decode_body(body).map_err(|what| corrupt(0, what))?
+        }
+        Ok(_) => {
+            return Err(corrupt(
+                0,
+                "segment does not start with a segment header".into(),
+            ))
+        }
+        Err(_) if allow_torn && file_len <= SEGMENT_HEADER_LEN => return Ok(None),
+        Err(e) => return Err(corrupt(0, format!("segment header: {}", e.describe()))),
+    };
+    if header.segment != id {
+        return Err(corrupt(
+            0,
+            format!(
+                "header says segment {}, file is segment {id}",
+                header.segment
+            ),
+        ));
+    }
+    Ok(Some(header))
 }
 
 impl SegmentScan {

@@ -1,0 +1,230 @@
+//! Write batches: puts, deletes and conditional writes applied atomically.
+
+use crate::error::{Error, Result};
+use crate::limits::{MAX_BATCH_BYTES, MAX_KEY_LEN, MAX_VALUE_LEN};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum BatchOp {
+    Put {
+        key: Vec<u8>,
+        value: Vec<u8>,
+    },
+    Delete {
+        key: Vec<u8>,
+    },
+    /// Put only if the key is absent.
+    InsertIfAbsent {
+        key: Vec<u8>,
+        value: Vec<u8>,
+    },
+    /// Put only if the key is present.
+    UpdateIfPresent {
+        key: Vec<u8>,
+        value: Vec<u8>,
+    },
+    /// Put only if the current value equals `expected`.
+    CompareAndSwap {
+        key: Vec<u8>,
+        expected: Vec<u8>,
+        value: Vec<u8>,
+    },
+    /// Delete only if the current value equals `expected`.
+    CompareAndDelete {
+        key: Vec<u8>,
+        expected: Vec<u8>,
+    },
+}
+
+impl BatchOp {
+    pub(crate) fn key(&self) -> &[u8] {
+        match self {
+            BatchOp::Put { key, .. }
+            | BatchOp::Delete { key }
+            | BatchOp::InsertIfAbsent { key, .. }
+            | BatchOp::UpdateIfPresent { key, .. }
+            | BatchOp::CompareAndSwap { key, .. }
+            | BatchOp::CompareAndDelete { key, .. } => key,
+        }
+    }
+
+    pub(crate) fn is_conditional(&self) -> bool {
+        !matches!(self, BatchOp::Put { .. } | BatchOp::Delete { .. })
+    }
+}
+
+/// A group of writes applied all together or not at all.
+///
+/// Operations apply in the order they were added; a later write to a key
+/// overrides an earlier one. Conditional operations see the effect of the
+/// earlier operations of the same batch. If any condition does not hold, the
+/// batch changes nothing and [`crate::WriteOutcome::ConditionFailed`] names
+/// the first operation whose condition failed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WriteBatch {
+    pub(crate) ops: Vec<BatchOp>,
+    pub(crate) bytes: usize,
+    pub(crate) conditional: bool,
+}
+
+fn check_key(key: &[u8]) -> Result<()> {
+    if key.len() > MAX_KEY_LEN {
+        return Err(Error::KeyTooLarge {
+            len: key.len(),
+            max: MAX_KEY_LEN,
+        });
+    }
+    Ok(())
+}
+
+fn check_value(value: &[u8]) -> Result<()> {
+    if value.len() > MAX_VALUE_LEN {
+        return Err(Error::ValueTooLarge {
+            len: value.len(),
+            max: MAX_VALUE_LEN,
+        });
+    }
+    Ok(())
+}
+
+impl WriteBatch {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    /// Bytes of keys and values in the batch.
+    pub fn size_bytes(&self) -> usize {
+        self.bytes
+    }
+
+    fn push(&mut self, op: BatchOp, bytes: usize) -> Result<()> {
+        if self.bytes + bytes > MAX_BATCH_BYTES {
+            return Err(Error::BatchTooLarge {
+                bytes: self.bytes + bytes,
+                max: MAX_BATCH_BYTES,
+            });
+        }
+        self.conditional |= op.is_conditional();
+        self.bytes += bytes;
+        self.ops.push(op);
+        Ok(())
+    }
+
+    pub fn put(&mut self, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) -> Result<&mut Self> {
+        let (key, value) = (key.into(), value.into());
+        check_key(&key)?;
+        check_value(&value)?;
+        let n = key.len() + value.len();
+        self.push(BatchOp::Put { key, value }, n)?;
+        Ok(self)
+    }
+
+    pub fn delete(&mut self, key: impl Into<Vec<u8>>) -> Result<&mut Self> {
+        let key = key.into();
+        check_key(&key)?;
+        let n = key.len();
+        self.push(BatchOp::Delete { key }, n)?;
+        Ok(self)
+    }
+
+    pub fn insert_if_absent(
+        &mut self,
+        key: impl Into<Vec<u8>>,
+        value: impl Into<Vec<u8>>,
+    ) -> Result<&mut Self> {
+        let (key, value) = (key.into(), value.into());
+        check_key(&key)?;
+        check_value(&value)?;
+        let n = key.len() + value.len();
+        self.push(BatchOp::InsertIfAbsent { key, value }, n)?;
+        Ok(self)
+    }
+
+    pub fn update_if_present(
+        &mut self,
+        key: impl Into<Vec<u8>>,
+        value: impl Into<Vec<u8>>,
+    ) -> Result<&mut Self> {
+        let (key, value) = (key.into(), value.into());
+        check_key(&key)?;
+        check_value(&value)?;
+        let n = key.len() + value.len();
+        self.push(BatchOp::UpdateIfPresent { key, value }, n)?;
+        Ok(self)
+    }
+
+    pub fn compare_and_swap(
+        &mut self,
+        key: impl Into<Vec<u8>>,
+        expected: impl Into<Vec<u8>>,
+        value: impl Into<Vec<u8>>,
+    ) -> Result<&mut Self> {
+        let (key, expected, value) = (key.into(), expected.into(), value.into());
+        check_key(&key)?;
+        check_value(&expected)?;
+        check_value(&value)?;
+        let n = key.len() + expected.len() + value.len();
+        self.push(
+            BatchOp::CompareAndSwap {
+                key,
+                expected,
+                value,
+            },
+            n,
+        )?;
+        Ok(self)
+    }
+
+    pub fn compare_and_delete(
+        &mut self,
+        key: impl Into<Vec<u8>>,
+        expected: impl Into<Vec<u8>>,
+    ) -> Result<&mut Self> {
+        let (key, expected) = (key.into(), expected.into());
+        check_key(&key)?;
+        check_value(&expected)?;
+        let n = key.len() + expected.len();
+        self.push(BatchOp::CompareAndDelete { key, expected }, n)?;
+        Ok(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_are_enforced_with_clear_errors() {
+        let mut b = WriteBatch::new();
+        let err = b
+            .put(vec![0u8; MAX_KEY_LEN + 1], b"v".to_vec())
+            .unwrap_err();
+        assert!(
+            matches!(err, Error::KeyTooLarge { len, max } if len == MAX_KEY_LEN + 1 && max == MAX_KEY_LEN)
+        );
+        let err = b
+            .put(b"k".to_vec(), vec![0u8; MAX_VALUE_LEN + 1])
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("over the limit of 16777216 bytes"),
+            "{err}"
+        );
+        b.put(vec![0u8; MAX_KEY_LEN], vec![0u8; MAX_VALUE_LEN])
+            .unwrap();
+        assert!(!b.is_empty() && b.len() == 1);
+        for _ in 0..2 {
+            b.put(b"k".to_vec(), vec![0u8; MAX_VALUE_LEN]).unwrap();
+        }
+        assert!(matches!(
+            b.put(b"k".to_vec(), vec![0u8; MAX_VALUE_LEN]),
+            Err(Error::BatchTooLarge { .. })
+        ));
+    }
+}

@@ -1,0 +1,165 @@
+//! The commit log: the sequence of commit segments holding commit and
+//! checkpoint records.
+//!
+//! Each group commit is one append of its records followed by one
+//! fdatasync. Nothing is appended before the previous append is synced, so at
+//! most one append is ever in doubt, which is what lets recovery tell a torn
+//! tail from corruption (see kivi-log's scan). A segment is rolled over only
+//! after it is synced, and the new segment's header records where the old one
+//! validly ends, so a failed append can be cut off without truncating a file.
+
+use kivi_log::{Error, RecordType, SegmentAppender, SegmentIds, SegmentKind};
+use kivi_storage::{SegmentId, Storage};
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+/// What the log knows about one retained commit segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LogSegment {
+    pub id: SegmentId,
+    /// Highest commit sequence number in it (0 if it holds no commit).
+    pub max_seq: u64,
+    pub bytes: u64,
+}
+
+/// Emits one record: its type, and a function writing its body.
+pub(crate) type Emit<'a> = dyn FnMut(RecordType, &mut dyn FnMut(&mut Vec<u8>)) + 'a;
+
+pub(crate) struct CommitLog {
+    storage: Arc<dyn Storage>,
+    ids: Arc<SegmentIds>,
+    store_id: [u8; 16],
+    target: u64,
+    current: Option<SegmentAppender>,
+    /// The previous commit segment and where it validly ends, for the next header.
+    prev: Option<(SegmentId, u64)>,
+    /// Retained segments, oldest first; the last one is `current` if any.
+    segments: VecDeque<LogSegment>,
+    /// Total bytes of commit records appended by this process.
+    pub appended: u64,
+}
+
+impl CommitLog {
+    pub fn new(
+        storage: Arc<dyn Storage>,
+        ids: Arc<SegmentIds>,
+        store_id: [u8; 16],
+        target: u64,
+        prev: Option<(SegmentId, u64)>,
+        segments: Vec<LogSegment>,
+    ) -> Self {
+        CommitLog {
+            storage,
+            ids,
+            store_id,
+            target,
+            current: None,
+            prev,
+            segments: segments.into(),
+            appended: 0,
+        }
+    }
+
+    /// Makes sure a usable segment with room is open: after a failure or
+    /// when the current one is full, closes it and starts the next.
+    fn ensure_segment(&mut self) -> Result<&mut SegmentAppender, Error> {
+        let roll = match &self.current {
+            None => true,
+            Some(cur) => cur.is_broken() || cur.len() >= self.target,
+        };
+        if roll {
+            if let Some(mut cur) = self.current.take() {
+                if !cur.is_broken() {
+                    if let Err(e) = cur.sync() {
+                        cur.abandon_from(cur.valid_end());
+                        self.prev = Some((cur.id(), cur.valid_end()));
+                        return Err(e);
+                    }
+                }
+                self.prev = Some((cur.id(), cur.valid_end()));
+            }
+            let id = self.ids.allocate()?;
+            match SegmentAppender::create(
+                self.storage.as_ref(),
+                id,
+                self.store_id,
+                SegmentKind::Commits,
+                self.prev,
+            ) {
+                Ok(app) => {
+                    self.segments.push_back(LogSegment {
+                        id,
+                        max_seq: 0,
+                        bytes: app.len(),
+                    });
+                    self.current = Some(app);
+                }
+                Err(e) => {
+                    // Best effort: a half-created segment is recognised as
+                    // garbage on recovery anyway.
+                    let _ = self.storage.delete_segment(id);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(self.current.as_mut().expect("segment just ensured"))
+    }
+
+    /// Appends one group's records in a single write, then makes them durable
+    /// if `sync`. On failure the records are cut off (never read back) and
+    /// the next append starts a new segment.
+    pub fn append_group(
+        &mut self,
+        seq: Option<u64>,
+        records: &mut dyn FnMut(&mut Emit<'_>),
+        sync: bool,
+    ) -> Result<(), Error> {
+        let app = self.ensure_segment()?;
+        let start = app.len();
+        records(&mut |ty, body| {
+            app.buffer_record(ty, |out| body(out));
+        });
+        let result = app
+            .flush()
+            .and_then(|()| if sync { app.sync() } else { Ok(()) });
+        if let Err(e) = result {
+            app.abandon_from(start);
+            return Err(e);
+        }
+        let len = app.len();
+        self.appended += len - start;
+        let seg = self
+            .segments
+            .back_mut()
+            .expect("current segment is tracked");
+        seg.bytes = len;
+        if let Some(seq) = seq {
+            seg.max_seq = seq;
+        }
+        Ok(())
+    }
+
+    /// Syncs the open segment (used before a clean close in no-fsync mode).
+    pub fn sync(&mut self) -> Result<(), Error> {
+        match &mut self.current {
+            Some(cur) if !cur.is_broken() => cur.sync(),
+            _ => Ok(()),
+        }
+    }
+
+    /// Forgets (and returns, for deletion) the oldest segments that hold only
+    /// commits up to `seq` and come before the segment holding the newest
+    /// checkpoint record, which is always the current one.
+    pub fn release_through(&mut self, seq: u64) -> Vec<SegmentId> {
+        let keep_from = self.current.as_ref().map(|c| c.id());
+        let mut out = Vec::new();
+        while let Some(first) = self.segments.front() {
+            if Some(first.id) == keep_from || first.max_seq > seq {
+                break;
+            }
+            out.push(first.id);
+            self.segments.pop_front();
+        }
+        out
+    }
+}

@@ -1,0 +1,576 @@
+//! The database handle: opening, reading, writing, closing.
+
+use crate::batch::{BatchOp, WriteBatch};
+use crate::checkpointer::{Background, Checkpointer};
+use crate::commit_log::CommitLog;
+use crate::error::{Error, Result};
+use crate::identity::{self, IDENTITY};
+use crate::iter::{bound_owned, Iter, Snapshot};
+use crate::options::{Durability, Options};
+use crate::page_log::PageLog;
+use crate::pipeline::{Pipeline, Reply, Request, Ticket, WriteOutcome};
+use crate::recovery::recover;
+use crate::version::Version;
+use arc_swap::ArcSwap;
+use kivi_log::{CommitRecord, OpRef, RecordType, SegmentIds};
+use kivi_storage::{LocalDir, Storage};
+use kivi_tree::{apply, get_into, Pager, TreeConfig};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::ops::RangeBounds;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// What the writer (the group-commit leader) owns.
+pub(crate) struct Writer {
+    pub log: CommitLog,
+    pub seq: u64,
+}
+
+/// Counters behind `stats()`.
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub group_commits: AtomicU64,
+    pub batches: AtomicU64,
+    pub failed_commits: AtomicU64,
+    pub checkpoints: AtomicU64,
+    pub checkpoint_bytes: AtomicU64,
+    pub failed_checkpoints: AtomicU64,
+    /// `Version::log_bytes` of the newest durable checkpoint.
+    pub checkpointed_log_bytes: AtomicU64,
+    pub checkpointed_tree_bytes: AtomicU64,
+    pub checkpointed_seq: AtomicU64,
+    /// Milliseconds since open of the last commit, for idle detection.
+    pub last_commit_ms: AtomicU64,
+}
+
+pub(crate) struct Inner {
+    pub path: String,
+    pub storage: Arc<dyn Storage>,
+    pub pager: Pager,
+    pub tree_cfg: TreeConfig,
+    pub opts: Options,
+    pub store_id: [u8; 16],
+    pub published: ArcSwap<Version>,
+    pub pipeline: Pipeline,
+    /// `None` when read-only.
+    pub writer: Mutex<Option<Writer>>,
+    pub checkpointer: Mutex<Option<Checkpointer>>,
+    pub background: Background,
+    pub counters: Counters,
+    pub closed: AtomicBool,
+    pub opened_at: std::time::Instant,
+    pub last_error: Mutex<Option<String>>,
+    pub torn_tail: Option<(String, u64)>,
+    pub replayed_at_open: u64,
+}
+
+/// A kivi store. Cheap to clone; all clones share one store, and the store
+/// closes (after a final checkpoint) when the last clone is dropped.
+#[derive(Clone)]
+pub struct Db {
+    handle: Arc<Handle>,
+}
+
+struct Handle {
+    inner: Arc<Inner>,
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        let _ = self.inner.shutdown();
+    }
+}
+
+impl std::fmt::Debug for Db {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Db")
+            .field("path", &self.inner().path)
+            .finish()
+    }
+}
+
+impl Db {
+    /// Opens (or creates) the store in directory `path`.
+    pub fn open(path: impl AsRef<Path>, opts: Options) -> Result<Db> {
+        opts.validate()?;
+        let path = path.as_ref();
+        let shown = path.display().to_string();
+        let opened = if opts.read_only {
+            LocalDir::open_read_only(path)
+        } else {
+            LocalDir::open(path)
+        };
+        let dir = opened.map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotADirectory => Error::NotAStore {
+                path: shown.clone(),
+                reason: "it is a file, not a directory".into(),
+            },
+            std::io::ErrorKind::NotFound if opts.read_only => Error::NotAStore {
+                path: shown.clone(),
+                reason: "no such directory".into(),
+            },
+            _ => Error::Io(e),
+        })?;
+        let dir = Arc::new(dir);
+        let probe = dir.clone();
+        let is_empty = move || -> Result<bool> {
+            Ok(probe.foreign_entries(&[IDENTITY])?.is_empty() && probe.list_segments()?.is_empty())
+        };
+        Self::open_inner(dir, shown, opts, &is_empty)
+    }
+
+    /// Opens a store on any storage backend (memory, the crash simulator, ...).
+    pub fn open_with_storage(storage: Arc<dyn Storage>, opts: Options) -> Result<Db> {
+        opts.validate()?;
+        let probe = storage.clone();
+        let is_empty = move || -> Result<bool> { Ok(probe.list_segments()?.is_empty()) };
+        Self::open_inner(storage, "store".to_string(), opts, &is_empty)
+    }
+
+    fn open_inner(
+        storage: Arc<dyn Storage>,
+        path: String,
+        opts: Options,
+        is_empty: &dyn Fn() -> Result<bool>,
+    ) -> Result<Db> {
+        let store_id = identity::load_or_create(
+            storage.as_ref(),
+            &path,
+            is_empty,
+            opts.create_if_missing && !opts.read_only,
+        )?;
+        let pager = Pager::new(storage.clone(), opts.cache_bytes);
+        let tree_cfg = TreeConfig {
+            page_target: opts.page_size,
+            ..TreeConfig::default()
+        };
+        let rec = recover(&storage, &pager, &tree_cfg, store_id)?;
+        let ids = Arc::new(SegmentIds::after(rec.max_segment_id));
+        let (writer, checkpointer) = if opts.read_only {
+            (None, None)
+        } else {
+            for &id in &rec.garbage {
+                storage.delete_segment(id)?;
+            }
+            let log = CommitLog::new(
+                storage.clone(),
+                ids.clone(),
+                store_id,
+                opts.segment_bytes,
+                rec.log_end,
+                rec.log_segments.clone(),
+            );
+            let pages = PageLog::new(
+                storage.clone(),
+                ids.clone(),
+                store_id,
+                opts.segment_bytes,
+                rec.page_end,
+            );
+            (
+                Some(Writer {
+                    log,
+                    seq: rec.version.seq,
+                }),
+                Some(Checkpointer::new(pages)),
+            )
+        };
+        let mut version = rec.version;
+        version.log_bytes = rec.redo_bytes;
+        let counters = Counters::default();
+        if let Some(c) = rec.checkpoint {
+            counters
+                .checkpointed_tree_bytes
+                .store(c.tree_bytes, Ordering::Relaxed);
+            counters.checkpointed_seq.store(c.seq, Ordering::Relaxed);
+        }
+        let read_only = opts.read_only;
+        let inner = Arc::new(Inner {
+            path,
+            storage,
+            pager,
+            tree_cfg,
+            opts,
+            store_id,
+            published: ArcSwap::from_pointee(version),
+            pipeline: Pipeline::default(),
+            writer: Mutex::new(writer),
+            checkpointer: Mutex::new(checkpointer),
+            background: Background::default(),
+            counters,
+            closed: AtomicBool::new(false),
+            opened_at: std::time::Instant::now(),
+            last_error: Mutex::new(None),
+            torn_tail: rec.torn_tail,
+            replayed_at_open: rec.replayed,
+        });
+        if !read_only {
+            Background::start(&inner);
+        }
+        Ok(Db {
+            handle: Arc::new(Handle { inner }),
+        })
+    }
+
+    pub(crate) fn inner(&self) -> &Arc<Inner> {
+        &self.handle.inner
+    }
+
+    /// The value stored under `key`.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let mut out = Vec::new();
+        Ok(self.get_into(key, &mut out)?.then_some(out))
+    }
+
+    /// Reads the value under `key` into `out` (reusing its allocation);
+    /// `Ok(false)` when absent.
+    pub fn get_into(&self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+        let inner = self.inner();
+        let v = inner.published.load();
+        match &v.root {
+            None => Ok(false),
+            Some(root) => Ok(get_into(&inner.pager, root, key, out)?),
+        }
+    }
+
+    /// Stores `value` under `key`; durable when it returns (see [`Durability`]).
+    pub fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        let mut b = WriteBatch::new();
+        b.put(key, value)?;
+        self.write(b).map(|_| ())
+    }
+
+    /// Removes `key` (nothing happens if it is absent).
+    pub fn delete(&self, key: &[u8]) -> Result<()> {
+        let mut b = WriteBatch::new();
+        b.delete(key)?;
+        self.write(b).map(|_| ())
+    }
+
+    /// Applies a batch atomically; durable when it returns.
+    pub fn write(&self, batch: WriteBatch) -> Result<WriteOutcome> {
+        if batch.is_empty() {
+            return Ok(WriteOutcome::Applied);
+        }
+        match self.inner().submit(Request::Write(batch))? {
+            Reply::Write(o) => Ok(o),
+            Reply::Checkpoint(_) => unreachable!("write answered with a checkpoint reply"),
+        }
+    }
+
+    fn conditional(&self, batch: WriteBatch) -> Result<bool> {
+        Ok(self.write(batch)? == WriteOutcome::Applied)
+    }
+
+    /// Replaces the value of `key` with `value` if it currently equals
+    /// `expected`. Returns whether it did.
+    pub fn compare_and_swap(&self, key: &[u8], expected: &[u8], value: &[u8]) -> Result<bool> {
+        let mut b = WriteBatch::new();
+        b.compare_and_swap(key, expected, value)?;
+        self.conditional(b)
+    }
+
+    /// Deletes `key` if its value currently equals `expected`.
+    pub fn compare_and_delete(&self, key: &[u8], expected: &[u8]) -> Result<bool> {
+        let mut b = WriteBatch::new();
+        b.compare_and_delete(key, expected)?;
+        self.conditional(b)
+    }
+
+    /// Stores `value` under `key` if the key is absent.
+    pub fn insert_if_absent(&self, key: &[u8], value: &[u8]) -> Result<bool> {
+        let mut b = WriteBatch::new();
+        b.insert_if_absent(key, value)?;
+        self.conditional(b)
+    }
+
+    /// Replaces the value of `key` if the key is present.
+    pub fn update_if_present(&self, key: &[u8], value: &[u8]) -> Result<bool> {
+        let mut b = WriteBatch::new();
+        b.update_if_present(key, value)?;
+        self.conditional(b)
+    }
+
+    /// A consistent read view of the store as of now. It never blocks
+    /// writers; it keeps the pages it sees alive until dropped.
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot::new(self.inner().clone(), self.inner().published.load_full())
+    }
+
+    /// Pairs with keys in `range`, in key order; `.rev()` for descending order.
+    /// Reads a consistent snapshot taken when it is called.
+    pub fn range<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> Iter {
+        let (start, end) = bound_owned(&range);
+        Iter::new(
+            self.inner().clone(),
+            self.inner().published.load_full(),
+            start,
+            end,
+        )
+    }
+
+    /// Every pair, in key order.
+    pub fn iter(&self) -> Iter {
+        self.range::<&[u8], _>(..)
+    }
+
+    /// Writes a checkpoint now: afterwards, reopening replays nothing.
+    pub fn checkpoint(&self) -> Result<()> {
+        self.inner().run_checkpoint().map(|_| ())
+    }
+
+    /// Closes the store: a final checkpoint, then every file closed. Other
+    /// clones of this handle see [`Error::Closed`] afterwards.
+    pub fn close(self) -> Result<()> {
+        self.inner().shutdown()
+    }
+
+    /// Where the store lives, as given when it was opened.
+    pub fn path(&self) -> &str {
+        &self.inner().path
+    }
+
+    /// Drops every cached page (for measuring cold reads).
+    pub fn clear_cache(&self) {
+        self.inner().pager.clear_cache();
+    }
+}
+
+impl Inner {
+    pub(crate) fn now_ms(&self) -> u64 {
+        self.opened_at.elapsed().as_millis() as u64
+    }
+
+    pub(crate) fn submit(&self, request: Request) -> Result<Reply> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        self.pipeline
+            .submit(request, &|group| self.commit_group(group))
+    }
+
+    /// Commits one group: decides conditional writes in order, applies the
+    /// resulting operations to a new tree version, appends one commit record
+    /// (and any checkpoint records) in one write, syncs, publishes.
+    fn commit_group(&self, group: &[Arc<Ticket>]) -> Vec<Result<Reply>> {
+        let mut guard = self.writer.lock();
+        let Some(w) = guard.as_mut() else {
+            return group.iter().map(|_| Err(Error::ReadOnly)).collect();
+        };
+        if self.closed.load(Ordering::Acquire) {
+            return group.iter().map(|_| Err(Error::Closed)).collect();
+        }
+        let base = self.published.load_full();
+        let mut replies: Vec<Option<Result<Reply>>> = Vec::with_capacity(group.len());
+        let mut ops: Vec<(&[u8], Option<&[u8]>)> = Vec::new();
+        let mut checkpoints = Vec::new();
+        let conditional = group
+            .iter()
+            .any(|t| matches!(&t.request, Request::Write(b) if b.conditional));
+        let mut overlay: HashMap<&[u8], Option<&[u8]>> = HashMap::new();
+        for t in group {
+            match &t.request {
+                Request::Write(batch) if !batch.conditional => {
+                    for op in &batch.ops {
+                        let effect = match op {
+                            BatchOp::Put { key, value } => (key.as_slice(), Some(value.as_slice())),
+                            BatchOp::Delete { key } => (key.as_slice(), None),
+                            _ => unreachable!("unconditional batch"),
+                        };
+                        if conditional {
+                            overlay.insert(effect.0, effect.1);
+                        }
+                        ops.push(effect);
+                    }
+                    replies.push(Some(Ok(Reply::Write(WriteOutcome::Applied))));
+                }
+                Request::Write(batch) => {
+                    let outcome = self.decide(batch, &base, &mut overlay, &mut ops);
+                    replies.push(Some(outcome.map(Reply::Write)));
+                }
+                Request::Checkpoint(rec) => {
+                    checkpoints.push(*rec);
+                    replies.push(None);
+                }
+            }
+        }
+
+        // One operation per key, the last one written, in key order.
+        if !ops.windows(2).all(|p| p[0].0 < p[1].0) {
+            ops.sort_by(|a, b| a.0.cmp(b.0));
+            let mut deduped: Vec<(&[u8], Option<&[u8]>)> = Vec::with_capacity(ops.len());
+            for op in ops {
+                match deduped.last_mut() {
+                    Some(last) if last.0 == op.0 => *last = op,
+                    _ => deduped.push(op),
+                }
+            }
+            ops = deduped;
+        }
+        let op_refs: Vec<OpRef<'_>> = ops
+            .iter()
+            .map(|&(k, v)| match v {
+                Some(v) => OpRef::Put(k, v),
+                None => OpRef::Delete(k),
+            })
+            .collect();
+
+        let fail_all = |replies: &mut Vec<Option<Result<Reply>>>, e: &Error| {
+            for r in replies.iter_mut() {
+                if matches!(r, None | Some(Ok(_))) {
+                    *r = Some(Err(e.duplicate()));
+                }
+            }
+        };
+        if op_refs.is_empty() && checkpoints.is_empty() {
+            return replies
+                .into_iter()
+                .map(|r| r.expect("every write decided"))
+                .collect();
+        }
+        let applied = if op_refs.is_empty() {
+            None
+        } else {
+            match apply(&self.pager, &self.tree_cfg, base.root.as_ref(), &op_refs) {
+                Ok(a) => Some(a),
+                Err(e) => {
+                    let e = Error::from(e);
+                    fail_all(&mut replies, &e);
+                    self.counters.failed_commits.fetch_add(1, Ordering::Relaxed);
+                    return replies.into_iter().map(|r| r.expect("filled")).collect();
+                }
+            }
+        };
+        let seq = w.seq + u64::from(applied.is_some());
+        let sync = self.opts.durability == Durability::Fsync || !checkpoints.is_empty();
+        let appended_before = w.log.appended;
+        let result = w.log.append_group(
+            applied.is_some().then_some(seq),
+            &mut |emit| {
+                if applied.is_some() {
+                    emit(RecordType::Commit, &mut |out| {
+                        CommitRecord::encode(out, seq, op_refs.iter().copied())
+                    });
+                }
+                for c in &checkpoints {
+                    emit(RecordType::Checkpoint, &mut |out| c.encode(out));
+                }
+            },
+            sync,
+        );
+        if let Err(e) = result {
+            let e = Error::from(e);
+            *self.last_error.lock() = Some(e.to_string());
+            fail_all(&mut replies, &e);
+            self.counters.failed_commits.fetch_add(1, Ordering::Relaxed);
+            return replies.into_iter().map(|r| r.expect("filled")).collect();
+        }
+        let log_bytes = base.log_bytes + (w.log.appended - appended_before);
+        if let Some(a) = applied {
+            w.seq = seq;
+            let pairs = (base.pairs as i64 + a.pairs_delta) as u64;
+            self.published.store(Arc::new(Version {
+                root: a.root,
+                seq,
+                pairs,
+                log_bytes,
+            }));
+            self.counters
+                .last_commit_ms
+                .store(self.now_ms(), Ordering::Relaxed);
+        }
+        for (r, t) in replies.iter_mut().zip(group) {
+            if let Request::Checkpoint(c) = &t.request {
+                *r = Some(Ok(Reply::Checkpoint(w.log.release_through(c.seq))));
+            }
+        }
+        drop(guard);
+        self.counters.group_commits.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .batches
+            .fetch_add(group.len() as u64, Ordering::Relaxed);
+        let redo =
+            log_bytes.saturating_sub(self.counters.checkpointed_log_bytes.load(Ordering::Relaxed));
+        if redo >= self.opts.checkpoint_bytes {
+            self.background.wake();
+        }
+        replies.into_iter().map(|r| r.expect("filled")).collect()
+    }
+
+    /// Decides a batch with conditions against the tree plus the effects of
+    /// earlier batches of the group (`overlay`); appends its effects to `ops`
+    /// if every condition holds.
+    fn decide<'a>(
+        &self,
+        batch: &'a WriteBatch,
+        base: &Version,
+        overlay: &mut HashMap<&'a [u8], Option<&'a [u8]>>,
+        ops: &mut Vec<(&'a [u8], Option<&'a [u8]>)>,
+    ) -> Result<WriteOutcome> {
+        let mut local: HashMap<&'a [u8], Option<&'a [u8]>> = HashMap::new();
+        let mut effects = Vec::with_capacity(batch.ops.len());
+        let mut buf = Vec::new();
+        for (i, op) in batch.ops.iter().enumerate() {
+            let key = op.key();
+            // The value this op sees: this batch's, then the group's, then the tree's.
+            let current: Option<&[u8]> = match local.get(key).or_else(|| overlay.get(key)) {
+                Some(v) => *v,
+                None => {
+                    let found = match &base.root {
+                        Some(root) => get_into(&self.pager, root, key, &mut buf)?,
+                        None => false,
+                    };
+                    found.then_some(buf.as_slice())
+                }
+            };
+            let effect: Option<Option<&'a [u8]>> = match op {
+                BatchOp::Put { value, .. } => Some(Some(value)),
+                BatchOp::Delete { .. } => Some(None),
+                BatchOp::InsertIfAbsent { value, .. } => current.is_none().then_some(Some(value)),
+                BatchOp::UpdateIfPresent { value, .. } => current.is_some().then_some(Some(value)),
+                BatchOp::CompareAndSwap {
+                    expected, value, ..
+                } => (current == Some(expected.as_slice())).then_some(Some(value)),
+                BatchOp::CompareAndDelete { expected, .. } => {
+                    (current == Some(expected.as_slice())).then_some(None)
+                }
+            };
+            match effect {
+                Some(e) => {
+                    local.insert(key, e);
+                    effects.push((key, e));
+                }
+                None => return Ok(WriteOutcome::ConditionFailed { op: i }),
+            }
+        }
+        for (k, v) in effects {
+            overlay.insert(k, v);
+            ops.push((k, v));
+        }
+        Ok(WriteOutcome::Applied)
+    }
+
+    /// Stops the background work (after a final checkpoint) and refuses
+    /// further writes. Idempotent.
+    pub(crate) fn shutdown(&self) -> Result<()> {
+        let was_closed = self.closed.load(Ordering::Acquire);
+        if was_closed {
+            return Ok(());
+        }
+        let result = self.background.stop();
+        let mut result = match result {
+            Some(Err(e)) => Err(e),
+            _ => Ok(()),
+        };
+        self.closed.store(true, Ordering::Release);
+        // Take the writer lock so no group is half-done when we return.
+        if let Some(w) = self.writer.lock().as_mut() {
+            if let Err(e) = w.log.sync() {
+                result = Err(e.into());
+            }
+        }
+        result
+    }
+}

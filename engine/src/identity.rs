@@ -1,0 +1,100 @@
+//! The store's identity: a small meta blob written once when a store is
+//! created, naming the format and a random store id that every segment header
+//! repeats, so segments of another store are never mixed in.
+
+use crate::error::{Error, Result};
+use kivi_log::FORMAT_VERSION;
+use kivi_storage::Storage;
+use rand::RngExt;
+
+pub(crate) const IDENTITY: &str = "KIVI";
+const FIRST_LINE: &str = "kivi store";
+
+pub(crate) fn encode(store_id: [u8; 16]) -> Vec<u8> {
+    let id: String = store_id.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{FIRST_LINE}\nformat {FORMAT_VERSION}\nid {id}\n").into_bytes()
+}
+
+pub(crate) fn decode(bytes: &[u8], path: &str) -> Result<[u8; 16]> {
+    let bad = |reason: String| Error::NotAStore {
+        path: path.to_string(),
+        reason,
+    };
+    let text = std::str::from_utf8(bytes).map_err(|_| bad(format!("{IDENTITY} is not text")))?;
+    let mut lines = text.lines();
+    if lines.next() != Some(FIRST_LINE) {
+        return Err(bad(format!(
+            "{IDENTITY} does not start with \"{FIRST_LINE}\""
+        )));
+    }
+    let version = lines
+        .next()
+        .and_then(|l| l.strip_prefix("format "))
+        .and_then(|v| v.parse::<u32>().ok())
+        .ok_or_else(|| bad(format!("{IDENTITY} has no format line")))?;
+    if version != FORMAT_VERSION {
+        return Err(bad(format!(
+            "store format {version}; this build reads format {FORMAT_VERSION}"
+        )));
+    }
+    let hex = lines
+        .next()
+        .and_then(|l| l.strip_prefix("id "))
+        .filter(|h| h.len() == 32)
+        .ok_or_else(|| bad(format!("{IDENTITY} has no store id")))?;
+    let mut id = [0u8; 16];
+    for (i, b) in id.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16)
+            .map_err(|_| bad("bad store id".into()))?;
+    }
+    Ok(id)
+}
+
+/// Reads the identity, creating a new store when allowed and the place is empty.
+pub(crate) fn load_or_create(
+    storage: &dyn Storage,
+    path: &str,
+    is_empty: impl FnOnce() -> Result<bool>,
+    create: bool,
+) -> Result<[u8; 16]> {
+    if let Some(bytes) = storage.read_meta(IDENTITY)? {
+        return decode(&bytes, path);
+    }
+    if !is_empty()? {
+        return Err(Error::NotAStore {
+            path: path.to_string(),
+            reason: format!("it holds files but no {IDENTITY} file"),
+        });
+    }
+    if !create {
+        return Err(Error::NotAStore {
+            path: path.to_string(),
+            reason: "no store here".into(),
+        });
+    }
+    let id: [u8; 16] = rand::rng().random();
+    storage.write_meta(IDENTITY, &encode(id))?;
+    Ok(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identity_round_trips_and_rejects_strangers() {
+        let id = [0xab; 16];
+        assert_eq!(decode(&encode(id), "d").unwrap(), id);
+        assert!(decode(b"hello", "d")
+            .unwrap_err()
+            .to_string()
+            .contains("not a kivi store"));
+        let future = String::from_utf8(encode(id))
+            .unwrap()
+            .replace("format 1", "format 9");
+        assert!(decode(future.as_bytes(), "d")
+            .unwrap_err()
+            .to_string()
+            .contains("format 9"));
+    }
+}

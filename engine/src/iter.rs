@@ -1,0 +1,224 @@
+//! Snapshots and ordered range iteration.
+
+use crate::db::Inner;
+use crate::error::Result;
+use crate::version::Version;
+use kivi_tree::{get_into, Cursor, ValueRef};
+use std::ops::{Bound, RangeBounds};
+use std::sync::Arc;
+
+pub(crate) fn bound_owned<K: AsRef<[u8]>, R: RangeBounds<K>>(
+    range: &R,
+) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
+    let own = |b: Bound<&K>| match b {
+        Bound::Included(k) => Bound::Included(k.as_ref().to_vec()),
+        Bound::Excluded(k) => Bound::Excluded(k.as_ref().to_vec()),
+        Bound::Unbounded => Bound::Unbounded,
+    };
+    (own(range.start_bound()), own(range.end_bound()))
+}
+
+/// A consistent, read-only view of the store at one moment. Writers never
+/// wait for it; it keeps the version it sees alive until dropped.
+#[derive(Clone)]
+pub struct Snapshot {
+    inner: Arc<Inner>,
+    version: Arc<Version>,
+}
+
+impl Snapshot {
+    pub(crate) fn new(inner: Arc<Inner>, version: Arc<Version>) -> Self {
+        Snapshot { inner, version }
+    }
+
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let Some(root) = &self.version.root else {
+            return Ok(None);
+        };
+        let mut out = Vec::new();
+        Ok(get_into(&self.inner.pager, root, key, &mut out)?.then_some(out))
+    }
+
+    pub fn range<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> Iter {
+        let (start, end) = bound_owned(&range);
+        Iter::new(self.inner.clone(), self.version.clone(), start, end)
+    }
+
+    pub fn iter(&self) -> Iter {
+        self.range::<&[u8], _>(..)
+    }
+
+    /// Number of pairs in this snapshot.
+    pub fn len(&self) -> u64 {
+        self.version.pairs
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.version.pairs == 0
+    }
+
+    /// Sequence number of the last commit this snapshot includes.
+    pub fn seq(&self) -> u64 {
+        self.version.seq
+    }
+}
+
+/// Pairs of a range in key order, from a snapshot taken when it was made.
+/// Double-ended: `.rev()` walks it in descending order, and both ends can be
+/// used at once. Each item is a `Result`: a damaged page ends the iteration
+/// with an error instead of wrong data.
+pub struct Iter {
+    inner: Arc<Inner>,
+    root: Option<Arc<kivi_tree::Node>>,
+    start: Bound<Vec<u8>>,
+    end: Bound<Vec<u8>>,
+    front: Option<Cursor>,
+    back: Option<Cursor>,
+    /// Last key returned from each end; the two ends never cross.
+    front_last: Option<Vec<u8>>,
+    back_last: Option<Vec<u8>>,
+    done: bool,
+}
+
+impl Iter {
+    pub(crate) fn new(
+        inner: Arc<Inner>,
+        version: Arc<Version>,
+        start: Bound<Vec<u8>>,
+        end: Bound<Vec<u8>>,
+    ) -> Self {
+        let root = version.root.clone();
+        Iter {
+            inner,
+            root,
+            start,
+            end,
+            front: None,
+            back: None,
+            front_last: None,
+            back_last: None,
+            done: false,
+        }
+    }
+
+    fn before_end(&self, key: &[u8]) -> bool {
+        let in_range = match &self.end {
+            Bound::Included(e) => key <= e.as_slice(),
+            Bound::Excluded(e) => key < e.as_slice(),
+            Bound::Unbounded => true,
+        };
+        in_range && self.back_last.as_deref().is_none_or(|b| key < b)
+    }
+
+    fn after_start(&self, key: &[u8]) -> bool {
+        let in_range = match &self.start {
+            Bound::Included(s) => key >= s.as_slice(),
+            Bound::Excluded(s) => key > s.as_slice(),
+            Bound::Unbounded => true,
+        };
+        in_range && self.front_last.as_deref().is_none_or(|f| key > f)
+    }
+
+    fn value(&self, v: ValueRef<'_>) -> Result<Vec<u8>> {
+        Ok(match v {
+            ValueRef::Inline(v) => v.to_vec(),
+            ValueRef::Big(b) => self.inner.pager.read_big(b)?,
+        })
+    }
+
+    fn next_front(&mut self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        let pager = &self.inner.pager;
+        let c = match self.front.take() {
+            Some(mut c) => {
+                c.next(pager)?;
+                c
+            }
+            None => {
+                let mut c = Cursor::new(self.root.clone());
+                let from = match &self.start {
+                    Bound::Included(s) | Bound::Excluded(s) => Some(s.as_slice()),
+                    Bound::Unbounded => None,
+                };
+                c.seek_forward(pager, from)?;
+                if let (Bound::Excluded(s), true) = (&self.start, c.is_valid()) {
+                    if c.key() == s.as_slice() {
+                        c.next(pager)?;
+                    }
+                }
+                c
+            }
+        };
+        if !c.is_valid() || !self.before_end(c.key()) {
+            self.done = true;
+            return Ok(None);
+        }
+        let item = (c.key().to_vec(), self.value(c.value())?);
+        self.front_last = Some(item.0.clone());
+        self.front = Some(c);
+        Ok(Some(item))
+    }
+
+    fn next_back(&mut self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        let pager = &self.inner.pager;
+        let c = match self.back.take() {
+            Some(mut c) => {
+                c.prev(pager)?;
+                c
+            }
+            None => {
+                let mut c = Cursor::new(self.root.clone());
+                match &self.end {
+                    Bound::Excluded(e) => c.seek_backward(pager, Some(e))?,
+                    Bound::Included(e) => {
+                        // Entries <= e are the entries < e followed by a 0 byte.
+                        let mut past = e.clone();
+                        past.push(0);
+                        c.seek_backward(pager, Some(&past))?;
+                    }
+                    Bound::Unbounded => c.seek_backward(pager, None)?,
+                }
+                c
+            }
+        };
+        if !c.is_valid() || !self.after_start(c.key()) {
+            self.done = true;
+            return Ok(None);
+        }
+        let item = (c.key().to_vec(), self.value(c.value())?);
+        self.back_last = Some(item.0.clone());
+        self.back = Some(c);
+        Ok(Some(item))
+    }
+}
+
+impl Iterator for Iter {
+    type Item = Result<(Vec<u8>, Vec<u8>)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        match self.next_front() {
+            Ok(item) => item.map(Ok),
+            Err(e) => {
+                self.done = true;
+                Some(Err(e))
+            }
+        }
+    }
+}
+
+impl DoubleEndedIterator for Iter {
+    fn next_back(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        match Iter::next_back(self) {
+            Ok(item) => item.map(Ok),
+            Err(e) => {
+                self.done = true;
+                Some(Err(e))
+            }
+        }
+    }
+}

@@ -1,0 +1,65 @@
+use crate::error::{Error, Result};
+
+/// When a write is acknowledged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// After the commit holding it is on stable storage (fdatasync). The default.
+    #[default]
+    Fsync,
+    /// As soon as it is handed to the operating system, without fdatasync: a
+    /// crash of the machine (not of the process) may lose the latest writes,
+    /// never older ones, never part of a batch. Only for those who ask for it.
+    NoFsync,
+}
+
+/// How a store is opened. `Options::default()` is what a serious deployment wants.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub durability: Durability,
+    /// Page cache limit in bytes (default 256 MiB).
+    pub cache_bytes: u64,
+    /// Pages split when their encoded size would pass this (default 4 KiB).
+    pub page_size: usize,
+    /// Segment files are closed and a new one started at about this size (default 64 MiB).
+    pub segment_bytes: u64,
+    /// A checkpoint is taken once this much commit log has been written since
+    /// the last one (default 64 MiB). Bounds recovery time and commit-log space.
+    pub checkpoint_bytes: u64,
+    /// Create the store if the directory holds none (default true).
+    pub create_if_missing: bool,
+    /// Open without writing anything; writes fail with [`Error::ReadOnly`].
+    pub read_only: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            durability: Durability::Fsync,
+            cache_bytes: 256 << 20,
+            page_size: 4096,
+            segment_bytes: 64 << 20,
+            checkpoint_bytes: 64 << 20,
+            create_if_missing: true,
+            read_only: false,
+        }
+    }
+}
+
+impl Options {
+    pub(crate) fn validate(&self) -> Result<()> {
+        let bad = |s: &str| Err(Error::InvalidOption(s.to_string()));
+        if !(256..=65536).contains(&self.page_size) {
+            return bad("page_size must be between 256 and 65536 bytes");
+        }
+        if !(1 << 16..=1 << 31).contains(&self.segment_bytes) {
+            return bad("segment_bytes must be between 64 KiB and 2 GiB");
+        }
+        if self.cache_bytes < 64 << 10 {
+            return bad("cache_bytes must be at least 64 KiB");
+        }
+        if self.checkpoint_bytes < 1 << 16 {
+            return bad("checkpoint_bytes must be at least 64 KiB");
+        }
+        Ok(())
+    }
+}

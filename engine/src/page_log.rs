@@ -1,0 +1,119 @@
+//! The page log: segments that checkpoints write tree pages and large values
+//! to. Records are buffered and written in large appends; a checkpoint syncs
+//! once at its end, before its checkpoint record is committed, so a page is
+//! never referenced before it is durable.
+
+use kivi_log::{Addr, Error, PageRef, RecordType, SegmentAppender, SegmentIds, SegmentKind};
+use kivi_storage::{SegmentId, Storage};
+use kivi_tree::PageSink;
+use std::sync::Arc;
+
+/// Appends are gathered up to this size before they are written.
+const WRITE_BUFFER: usize = 1 << 20;
+
+pub(crate) struct PageLog {
+    storage: Arc<dyn Storage>,
+    ids: Arc<SegmentIds>,
+    store_id: [u8; 16],
+    target: u64,
+    current: Option<SegmentAppender>,
+    /// The previous page segment and where its valid records end.
+    prev: Option<(SegmentId, u64)>,
+    /// End of the current segment as of the last durable checkpoint.
+    durable_end: u64,
+}
+
+impl PageLog {
+    pub fn new(
+        storage: Arc<dyn Storage>,
+        ids: Arc<SegmentIds>,
+        store_id: [u8; 16],
+        target: u64,
+        prev: Option<(SegmentId, u64)>,
+    ) -> Self {
+        PageLog {
+            storage,
+            ids,
+            store_id,
+            target,
+            current: None,
+            prev,
+            durable_end: 0,
+        }
+    }
+
+    fn roll(&mut self) -> Result<(), Error> {
+        if let Some(mut cur) = self.current.take() {
+            cur.sync()?;
+            self.prev = Some((cur.id(), cur.len()));
+        }
+        let id = self.ids.allocate()?;
+        let app = SegmentAppender::create(
+            self.storage.as_ref(),
+            id,
+            self.store_id,
+            SegmentKind::Pages,
+            self.prev,
+        )
+        .inspect_err(|_| {
+            let _ = self.storage.delete_segment(id);
+        })?;
+        self.durable_end = app.len();
+        self.current = Some(app);
+        Ok(())
+    }
+
+    /// Makes everything written so far durable.
+    pub fn sync(&mut self) -> Result<(), Error> {
+        match &mut self.current {
+            Some(cur) => cur.sync(),
+            None => Ok(()),
+        }
+    }
+
+    /// Where the next record would go: every page written so far lies before it.
+    pub fn end(&self) -> Addr {
+        match (&self.current, self.prev) {
+            (Some(cur), _) => Addr::new(cur.id(), cur.len()),
+            (None, Some((id, end))) => Addr::new(id, end),
+            (None, None) => Addr::default(),
+        }
+    }
+
+    /// Called once a checkpoint referencing everything written is durable.
+    pub fn checkpoint_durable(&mut self) {
+        if let Some(cur) = &self.current {
+            self.durable_end = cur.len();
+        }
+    }
+
+    /// Called when a checkpoint failed: its records are abandoned and the next
+    /// checkpoint starts a new segment that declares where this one validly ends.
+    pub fn checkpoint_failed(&mut self) {
+        if let Some(cur) = self.current.take() {
+            self.prev = Some((cur.id(), self.durable_end));
+        }
+    }
+}
+
+impl PageSink for PageLog {
+    fn write_record(
+        &mut self,
+        ty: RecordType,
+        body: &mut dyn FnMut(&mut Vec<u8>),
+    ) -> Result<PageRef, Error> {
+        let full = self
+            .current
+            .as_ref()
+            .is_none_or(|c| c.is_broken() || c.len() >= self.target);
+        if full {
+            self.roll()?;
+        }
+        let cur = self.current.as_mut().expect("page segment open");
+        let r = cur.buffer_record(ty, |out| body(out));
+        if cur.buffered() >= WRITE_BUFFER {
+            cur.flush()?;
+        }
+        Ok(r)
+    }
+}

@@ -1,0 +1,104 @@
+//! `stats()`: what the store holds and how it is doing.
+
+use crate::db::Db;
+use crate::error::Result;
+use kivi_log::{read_header, SegmentKind};
+use std::sync::atomic::Ordering;
+
+/// A snapshot of the store's numbers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Key-value pairs stored.
+    pub pairs: u64,
+    /// Sequence number of the last commit.
+    pub seq: u64,
+    /// Levels of the tree (0 when empty).
+    pub tree_height: u32,
+    /// Bytes needed to hold the data: the newest checkpoint's reachable pages
+    /// and values plus the commit log written since.
+    pub live_bytes: u64,
+    /// Bytes of every segment file.
+    pub file_bytes: u64,
+    pub commit_segments: u64,
+    pub page_segments: u64,
+    pub commit_log_bytes: u64,
+    pub page_log_bytes: u64,
+    /// Bytes of pages and values reachable from the newest checkpoint.
+    pub checkpoint_tree_bytes: u64,
+    /// Commit-log bytes not yet covered by a checkpoint (what a reopen replays).
+    pub redo_bytes: u64,
+    pub cache_bytes: u64,
+    pub cache_capacity: u64,
+    pub cache_pages: u64,
+    pub cache_hits: u64,
+    pub cache_misses: u64,
+    pub page_reads: u64,
+    pub blob_reads: u64,
+    pub group_commits: u64,
+    pub batches: u64,
+    pub failed_commits: u64,
+    pub checkpoints: u64,
+    pub failed_checkpoints: u64,
+    /// Commits replayed when the store was opened.
+    pub replayed_at_open: u64,
+    /// Where opening cut off a torn tail, if it did.
+    pub torn_tail: Option<String>,
+    /// The most recent background error, if any.
+    pub last_error: Option<String>,
+}
+
+impl Db {
+    /// Current numbers. Reads each segment's header to classify it.
+    pub fn stats(&self) -> Result<Stats> {
+        let inner = self.inner();
+        let v = inner.published.load_full();
+        let c = &inner.counters;
+        let p = inner.pager.stats();
+        let mut s = Stats {
+            pairs: v.pairs,
+            seq: v.seq,
+            tree_height: v.root.as_ref().map_or(0, |r| u32::from(r.level()) + 1),
+            checkpoint_tree_bytes: c.checkpointed_tree_bytes.load(Ordering::Relaxed),
+            redo_bytes: v
+                .log_bytes
+                .saturating_sub(c.checkpointed_log_bytes.load(Ordering::Relaxed)),
+            cache_bytes: p.cache_bytes,
+            cache_capacity: p.cache_capacity,
+            cache_pages: p.cache_pages,
+            cache_hits: p.hits,
+            cache_misses: p.misses,
+            page_reads: p.page_reads,
+            blob_reads: p.blob_reads,
+            group_commits: c.group_commits.load(Ordering::Relaxed),
+            batches: c.batches.load(Ordering::Relaxed),
+            failed_commits: c.failed_commits.load(Ordering::Relaxed),
+            checkpoints: c.checkpoints.load(Ordering::Relaxed),
+            failed_checkpoints: c.failed_checkpoints.load(Ordering::Relaxed),
+            replayed_at_open: inner.replayed_at_open,
+            torn_tail: inner
+                .torn_tail
+                .as_ref()
+                .map(|(f, o)| format!("{f} at offset {o}")),
+            last_error: inner.last_error.lock().clone(),
+            ..Stats::default()
+        };
+        s.live_bytes = s.checkpoint_tree_bytes + s.redo_bytes;
+        for id in inner.storage.list_segments()? {
+            let reader = inner.storage.open_segment(id)?;
+            let len = reader.size()?;
+            s.file_bytes += len;
+            let name = inner.storage.segment_name(id);
+            match read_header(reader.as_ref(), id, &name, len, true) {
+                Ok(Some(h)) if h.kind == SegmentKind::Commits => {
+                    s.commit_segments += 1;
+                    s.commit_log_bytes += len;
+                }
+                _ => {
+                    s.page_segments += 1;
+                    s.page_log_bytes += len;
+                }
+            }
+        }
+        Ok(s)
+    }
+}

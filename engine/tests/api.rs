@@ -1,0 +1,176 @@
+//! The embedded API end to end on a local directory.
+
+use kivi::{Db, Error, Options, WriteBatch, WriteOutcome};
+
+fn open(dir: &std::path::Path) -> Db {
+    Db::open(dir, Options::default()).unwrap()
+}
+
+#[test]
+fn put_get_delete_survive_reopen() {
+    let tmp = tempfile::tempdir().unwrap();
+    {
+        let db = open(tmp.path());
+        db.put(b"alpha", b"1").unwrap();
+        db.put(b"beta", b"2").unwrap();
+        db.delete(b"alpha").unwrap();
+        assert_eq!(db.get(b"alpha").unwrap(), None);
+        assert_eq!(db.get(b"beta").unwrap().as_deref(), Some(&b"2"[..]));
+    }
+    let db = open(tmp.path());
+    assert_eq!(db.get(b"alpha").unwrap(), None);
+    assert_eq!(db.get(b"beta").unwrap().as_deref(), Some(&b"2"[..]));
+    assert_eq!(db.stats().unwrap().pairs, 1);
+}
+
+#[test]
+fn ranges_in_both_directions() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = open(tmp.path());
+    let mut b = WriteBatch::new();
+    for i in 0..2000u32 {
+        b.put(format!("k{i:05}").into_bytes(), i.to_string().into_bytes())
+            .unwrap();
+    }
+    db.write(b).unwrap();
+    fn keys(it: impl Iterator<Item = kivi::Result<(Vec<u8>, Vec<u8>)>>) -> Vec<String> {
+        it.map(|p| String::from_utf8(p.unwrap().0).unwrap())
+            .collect()
+    }
+    let fwd = keys(db.range(b"k00100".as_slice()..b"k00105".as_slice()));
+    assert_eq!(fwd, ["k00100", "k00101", "k00102", "k00103", "k00104"]);
+    let rev = keys(db.range(b"k00100".as_slice()..=b"k00103".as_slice()).rev());
+    assert_eq!(rev, ["k00103", "k00102", "k00101", "k00100"]);
+    assert_eq!(db.iter().count(), 2000);
+    assert_eq!(db.iter().rev().count(), 2000);
+    // Both ends at once meet without overlap.
+    let mut it = db.range(b"k00010".as_slice()..b"k00014".as_slice());
+    assert_eq!(it.next().unwrap().unwrap().0, b"k00010");
+    assert_eq!(it.next_back().unwrap().unwrap().0, b"k00013");
+    assert_eq!(it.next().unwrap().unwrap().0, b"k00011");
+    assert_eq!(it.next_back().unwrap().unwrap().0, b"k00012");
+    assert!(it.next().is_none() && it.next_back().is_none());
+}
+
+#[test]
+fn snapshots_do_not_see_later_writes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = open(tmp.path());
+    db.put(b"a", b"old").unwrap();
+    let snap = db.snapshot();
+    db.put(b"a", b"new").unwrap();
+    db.put(b"b", b"x").unwrap();
+    assert_eq!(snap.get(b"a").unwrap().as_deref(), Some(&b"old"[..]));
+    assert_eq!(snap.get(b"b").unwrap(), None);
+    assert_eq!(snap.iter().count(), 1);
+    assert_eq!(db.get(b"a").unwrap().as_deref(), Some(&b"new"[..]));
+}
+
+#[test]
+fn conditional_writes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = open(tmp.path());
+    assert!(db.insert_if_absent(b"k", b"1").unwrap());
+    assert!(!db.insert_if_absent(b"k", b"2").unwrap());
+    assert!(db.update_if_present(b"k", b"3").unwrap());
+    assert!(!db.update_if_present(b"absent", b"3").unwrap());
+    assert!(!db.compare_and_swap(b"k", b"1", b"4").unwrap());
+    assert!(db.compare_and_swap(b"k", b"3", b"4").unwrap());
+    assert!(!db.compare_and_delete(b"k", b"3").unwrap());
+    assert!(db.compare_and_delete(b"k", b"4").unwrap());
+    assert_eq!(db.get(b"k").unwrap(), None);
+}
+
+#[test]
+fn a_failed_condition_applies_nothing_of_its_batch() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = open(tmp.path());
+    db.put(b"x", b"1").unwrap();
+    let mut b = WriteBatch::new();
+    b.put(b"y".to_vec(), b"2".to_vec()).unwrap();
+    b.compare_and_swap(b"x".to_vec(), b"wrong".to_vec(), b"3".to_vec())
+        .unwrap();
+    assert_eq!(
+        db.write(b).unwrap(),
+        WriteOutcome::ConditionFailed { op: 1 }
+    );
+    assert_eq!(db.get(b"y").unwrap(), None);
+    assert_eq!(db.get(b"x").unwrap().as_deref(), Some(&b"1"[..]));
+    // Conditions see earlier operations of the same batch.
+    let mut b = WriteBatch::new();
+    b.put(b"z".to_vec(), b"a".to_vec()).unwrap();
+    b.compare_and_swap(b"z".to_vec(), b"a".to_vec(), b"b".to_vec())
+        .unwrap();
+    assert_eq!(db.write(b).unwrap(), WriteOutcome::Applied);
+    assert_eq!(db.get(b"z").unwrap().as_deref(), Some(&b"b"[..]));
+}
+
+#[test]
+fn large_values_round_trip_and_survive_reopen() {
+    let tmp = tempfile::tempdir().unwrap();
+    let big: Vec<u8> = (0..5_000_000u32).map(|i| (i % 251) as u8).collect();
+    {
+        let db = open(tmp.path());
+        db.put(b"big", &big).unwrap();
+        db.put(b"small", b"s").unwrap();
+        db.checkpoint().unwrap();
+        assert_eq!(db.get(b"big").unwrap().unwrap(), big);
+    }
+    let db = open(tmp.path());
+    assert_eq!(db.get(b"big").unwrap().unwrap(), big);
+    let report = db.check().unwrap();
+    assert!(report.is_healthy(), "{:?}", report.problems);
+    assert_eq!(report.blobs, 1);
+}
+
+#[test]
+fn bad_input_gets_clear_errors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = open(tmp.path());
+    db.put(b"keep", b"me").unwrap();
+    assert!(matches!(
+        db.put(&vec![0; 4097], b"v"),
+        Err(Error::KeyTooLarge {
+            len: 4097,
+            max: 4096
+        })
+    ));
+    assert!(matches!(
+        db.put(b"k", &vec![0; (16 << 20) + 1]),
+        Err(Error::ValueTooLarge { .. })
+    ));
+    db.put(&vec![7; 4096], &vec![1; 16 << 20]).unwrap();
+    assert_eq!(db.get(b"keep").unwrap().as_deref(), Some(&b"me"[..]));
+}
+
+#[test]
+fn a_directory_that_is_not_a_store_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("notes.txt"), b"hello").unwrap();
+    let err = Db::open(tmp.path(), Options::default()).unwrap_err();
+    assert!(matches!(err, Error::NotAStore { .. }), "{err}");
+    assert!(err.to_string().contains("no KIVI file"), "{err}");
+    let file = tmp.path().join("notes.txt");
+    let err = Db::open(&file, Options::default()).unwrap_err();
+    assert!(err.to_string().contains("is a file"), "{err}");
+}
+
+#[test]
+fn check_passes_on_a_healthy_store() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = open(tmp.path());
+    for round in 0..5u32 {
+        let mut b = WriteBatch::new();
+        for i in 0..3000u32 {
+            let k = (i * 7919 + round) % 10_000;
+            b.put(format!("key{k:06}").into_bytes(), vec![round as u8; 30])
+                .unwrap();
+        }
+        db.write(b).unwrap();
+        db.checkpoint().unwrap();
+    }
+    let r = db.check().unwrap();
+    assert!(r.is_healthy(), "{:?}", r.problems);
+    assert_eq!(r.pairs, db.stats().unwrap().pairs);
+    assert!(r.pages > 10);
+}
