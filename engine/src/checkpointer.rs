@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::page_log::PageLog;
 use crate::pipeline::{Reply, Request};
 use kivi_log::CheckpointRecord;
-use kivi_tree::{release_written, write_tree, WriteStats};
+use kivi_tree::{write_tree, WriteStats};
 use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -175,7 +175,10 @@ impl Inner {
                 pairs: v.pairs,
                 tree_bytes: root.map_or(0, |d| d.subtree),
             };
-            match self.submit(Request::Checkpoint(rec))? {
+            match self.submit(Request::Checkpoint {
+                record: rec,
+                generation,
+            })? {
                 Reply::Checkpoint(obsolete) => Ok((rec, obsolete)),
                 Reply::Write(_) => unreachable!("checkpoint answered as a write"),
             }
@@ -194,9 +197,6 @@ impl Inner {
         self.pager.set_durable_generation(generation);
         c.pages.checkpoint_durable();
         c.last_seq = Some(rec.seq);
-        if let Some(r) = &v.root {
-            release_written(&self.pager, r);
-        }
         for id in obsolete {
             if let Err(e) = self.storage.delete_segment(id) {
                 *self.last_error.lock() = Some(format!("deleting an obsolete commit segment: {e}"));

@@ -14,7 +14,7 @@ use crate::version::Version;
 use arc_swap::ArcSwap;
 use kivi_log::{CommitRecord, OpRef, RecordType, SegmentIds};
 use kivi_storage::{LocalDir, Storage};
-use kivi_tree::{apply, get_into, Pager, TreeConfig};
+use kivi_tree::{apply, compare_keys, get_into, release_written, Pager, TreeConfig};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::ops::RangeBounds;
@@ -390,16 +390,17 @@ impl Inner {
                     let outcome = self.decide(batch, &base, &mut overlay, &mut ops);
                     replies.push(Some(outcome.map(Reply::Write)));
                 }
-                Request::Checkpoint(rec) => {
-                    checkpoints.push(*rec);
+                Request::Checkpoint { record, generation } => {
+                    checkpoints.push((*record, *generation));
                     replies.push(None);
                 }
             }
         }
 
         // One operation per key, the last one written, in key order.
-        if !ops.windows(2).all(|p| p[0].0 < p[1].0) {
-            ops.sort_by(|a, b| a.0.cmp(b.0));
+        if !ops.windows(2).all(|p| compare_keys(p[0].0, p[1].0).is_lt()) {
+            // Stable, so the last write to a key stays last.
+            ops.sort_by(|a, b| compare_keys(a.0, b.0));
             let mut deduped: Vec<(&[u8], Option<&[u8]>)> = Vec::with_capacity(ops.len());
             for op in ops {
                 match deduped.last_mut() {
@@ -454,7 +455,7 @@ impl Inner {
                         CommitRecord::encode(out, seq, op_refs.iter().copied())
                     });
                 }
-                for c in &checkpoints {
+                for (c, _) in &checkpoints {
                     emit(RecordType::Checkpoint, &mut |out| c.encode(out));
                 }
             },
@@ -468,22 +469,40 @@ impl Inner {
             return replies.into_iter().map(|r| r.expect("filled")).collect();
         }
         let log_bytes = base.log_bytes + (w.log.appended - appended_before);
-        if let Some(a) = applied {
-            w.seq = seq;
-            let pairs = (base.pairs as i64 + a.pairs_delta) as u64;
-            self.published.store(Arc::new(Version {
-                root: a.root,
-                seq,
-                pairs,
+        let mut next = match applied {
+            Some(a) => {
+                w.seq = seq;
+                self.counters
+                    .last_commit_ms
+                    .store(self.now_ms(), Ordering::Relaxed);
+                let pairs = (base.pairs as i64 + a.pairs_delta) as u64;
+                Version {
+                    root: a.root,
+                    seq,
+                    pairs,
+                    log_bytes,
+                }
+            }
+            None => Version {
                 log_bytes,
-            }));
-            self.counters
-                .last_commit_ms
-                .store(self.now_ms(), Ordering::Relaxed);
+                ..(*base).clone()
+            },
+        };
+        if let Some(generation) = checkpoints.iter().map(|c| c.1).max() {
+            // The checkpoint is durable: what it wrote may now leave memory.
+            self.pager.set_durable_generation(generation);
+            if let Some(root) = next
+                .root
+                .as_ref()
+                .and_then(|r| release_written(&self.pager, r))
+            {
+                next.root = Some(root);
+            }
         }
+        self.published.store(Arc::new(next));
         for (r, t) in replies.iter_mut().zip(group) {
-            if let Request::Checkpoint(c) = &t.request {
-                *r = Some(Ok(Reply::Checkpoint(w.log.release_through(c.seq))));
+            if let Request::Checkpoint { record, .. } = &t.request {
+                *r = Some(Ok(Reply::Checkpoint(w.log.release_through(record.seq))));
             }
         }
         drop(guard);

@@ -43,5 +43,5 @@ pub use stats::Stats;
 /// Storage backends, for opening a store somewhere other than a local
 /// directory (memory, or the crash simulator in tests).
 pub mod storage {
-    pub use kivi_storage::{Fault, LocalDir, MemoryStorage, SimStorage, Storage};
+    pub use kivi_storage::{Fault, LocalDir, MemoryStorage, SimOp, SimStorage, Storage};
 }

@@ -19,8 +19,12 @@ use std::sync::Arc;
 
 pub(crate) enum Request {
     Write(WriteBatch),
-    /// Commit a checkpoint record (from the checkpointer).
-    Checkpoint(CheckpointRecord),
+    /// Commit a checkpoint record (from the checkpointer) whose pages were
+    /// written as checkpoint `generation`.
+    Checkpoint {
+        record: CheckpointRecord,
+        generation: u64,
+    },
 }
 
 /// Result of a write batch.
@@ -68,7 +72,7 @@ impl Pipeline {
     pub fn submit(&self, request: Request, commit: &CommitFn<'_>) -> Result<Reply> {
         let bytes = match &request {
             Request::Write(b) => b.size_bytes() + 16 * b.len(),
-            Request::Checkpoint(_) => 64,
+            Request::Checkpoint { .. } => 64,
         };
         let ticket = Arc::new(Ticket {
             request,

@@ -22,7 +22,7 @@ mod sim;
 pub use error::{Corruption, Error, IoError};
 pub use local::LocalDir;
 pub use memory::MemoryStorage;
-pub use sim::{Fault, SimStorage};
+pub use sim::{Fault, Op as SimOp, SimStorage};
 
 use std::fmt::Debug;
 use std::sync::Arc;

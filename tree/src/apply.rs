@@ -7,7 +7,9 @@
 //! that grows past the page target splits, one that shrinks below a quarter of
 //! it merges with a sibling, and the root grows or shrinks a level as needed.
 
-use crate::leaf::{entry_size, merge_into, BigValue, Entry, LeafData, ValueRef, INLINE_VALUE_MAX};
+use crate::leaf::{
+    entry_size, head, merge_into, BigValue, Entry, LeafData, ValueRef, INLINE_VALUE_MAX,
+};
 use crate::node::{Body, ChildRef, InternalData, Node};
 use crate::page::shortest_separator;
 use crate::pager::Pager;
@@ -151,23 +153,22 @@ fn value_ref<'a>(v: &'a [u8], bigs: &'a [Arc<BigValue>], big_i: &mut usize) -> V
     }
 }
 
-/// Index of the first big value used by `ops[..i]`.
-fn bigs_before(ops: &[OpRef<'_>]) -> usize {
-    ops.iter()
-        .filter(|op| matches!(op, OpRef::Put(_, v) if v.len() > INLINE_VALUE_MAX))
-        .count()
+fn is_big(op: &OpRef<'_>) -> bool {
+    matches!(op, OpRef::Put(_, v) if v.len() > INLINE_VALUE_MAX)
+}
+
+/// `key < sep`, comparing 8-byte heads first.
+#[inline]
+fn below(key: &[u8], sep: &[u8], sep_head: u64) -> bool {
+    match head(key).cmp(&sep_head) {
+        std::cmp::Ordering::Equal => key < sep,
+        o => o == std::cmp::Ordering::Less,
+    }
 }
 
 /// Estimated encoded size of a node, for split and merge decisions.
 fn node_size(node: &Node) -> usize {
-    match node.body() {
-        Body::Leaf { base, delta } => base.size() + delta.as_ref().map_or(0, |d| d.size()),
-        Body::Internal { base, .. } => internal_size(base.seps_bytes(), base.children_len()),
-    }
-}
-
-fn internal_size(sep_bytes: usize, children: usize) -> usize {
-    4 + children * (kivi_log::PageRef::ENCODED_LEN + 2) + sep_bytes
+    node.size()
 }
 
 /// Cuts a sequence of item sizes into runs of at most `target` bytes each.
@@ -229,7 +230,9 @@ impl<'a> Ctx<'a> {
         bigs: &[Arc<BigValue>],
     ) -> Result<Change, Error> {
         match node.body() {
-            Body::Leaf { base, delta } => Ok(self.apply_leaf(base, delta.as_ref(), ops, bigs)),
+            Body::Leaf { base, delta } => {
+                Ok(self.apply_leaf(node, base, delta.as_ref(), ops, bigs))
+            }
             Body::Internal { .. } => self.apply_internal(node, ops, bigs),
         }
     }
@@ -245,6 +248,7 @@ impl<'a> Ctx<'a> {
 
     fn apply_leaf(
         &mut self,
+        node: &Node,
         base: &Arc<LeafData>,
         delta: Option<&Arc<LeafData>>,
         ops: &[OpRef<'_>],
@@ -254,21 +258,30 @@ impl<'a> Ctx<'a> {
         let mut big_i = 0;
         let mut live = 0i64;
         let mut deletes = false;
+        // Live size after the edits: each edit replaces the entry it finds.
+        let mut size = node.size() as isize;
         for op in ops {
             let key = op.key();
-            let in_base = base.find(key).is_ok();
+            let base_entry = base.find(key).ok().map(|i| base.entry(i));
+            let in_base = base_entry.is_some();
             let in_delta = delta.and_then(|d| d.find(key).ok().map(|i| d.entry(i)));
-            let exists = match in_delta {
-                Some(Entry::Tombstone) => false,
-                Some(Entry::Value(_)) => true,
-                None => in_base,
+            let current = match in_delta {
+                Some(Entry::Tombstone) => None,
+                Some(e) => Some(e),
+                None => base_entry,
             };
+            let exists = current.is_some();
+            if let Some(e) = current {
+                size -= entry_size(key.len(), e) as isize;
+            }
             match op {
                 OpRef::Put(_, v) => {
                     if !exists {
                         live += 1;
                     }
-                    edits.push((key, Edit::Put(value_ref(v, bigs, &mut big_i))));
+                    let v = value_ref(v, bigs, &mut big_i);
+                    size += entry_size(key.len(), Entry::Value(v)) as isize;
+                    edits.push((key, Edit::Put(v)));
                 }
                 OpRef::Delete(_) => {
                     if !exists {
@@ -286,14 +299,7 @@ impl<'a> Ctx<'a> {
         self.pairs_delta += live;
 
         let delta_len = delta.map_or(0, |d| d.len());
-        let edit_size: usize = edits
-            .iter()
-            .map(|(k, e)| match e {
-                Edit::Put(v) => entry_size(k.len(), Entry::Value(*v)),
-                _ => entry_size(k.len(), Entry::Tombstone),
-            })
-            .sum();
-        let size = base.size() + delta.map_or(0, |d| d.size()) + edit_size;
+        let size = size.max(0) as usize;
         let tombstones = delta.map_or(0, |d| d.tombstones())
             + edits
                 .iter()
@@ -328,7 +334,7 @@ impl<'a> Ctx<'a> {
                 }
             }
             let delta = (!new_delta.is_empty()).then(|| Arc::new(new_delta));
-            let node = self.track(Node::leaf(base.clone(), delta));
+            let node = self.track(Node::leaf_with_delta(base.clone(), delta, size));
             return Change::Replace(vec![Piece { low: None, node }]);
         }
 
@@ -374,7 +380,7 @@ impl<'a> Ctx<'a> {
             let first = entries[run.start].0;
             let low = prev_last.map(|last| shortest_separator(last, first));
             prev_last = Some(entries[run.end - 1].0);
-            let node = self.track(Node::leaf(Arc::new(leaf), None));
+            let node = self.track(Node::leaf(Arc::new(leaf)));
             pieces.push(Piece { low, node });
         }
         pieces
@@ -391,22 +397,29 @@ impl<'a> Ctx<'a> {
         let n = base.children_len();
         let mut changes: Vec<(usize, Vec<Piece>)> = Vec::new();
         let mut start = 0;
+        let mut first_big = 0;
         while start < ops.len() {
             let i = base.child_index(ops[start].key());
-            let end = if i + 1 < n {
+            // Ops are sorted, so the child's ops are the run that maps to `i`.
+            let mut end = start + 1;
+            let mut bigs_here = is_big(&ops[start]) as usize;
+            if i + 1 < n {
                 let sep = base.sep(i);
-                start + ops[start..].partition_point(|op| op.key() < sep)
+                let sep_head = head(sep);
+                while end < ops.len() && below(ops[end].key(), sep, sep_head) {
+                    bigs_here += is_big(&ops[end]) as usize;
+                    end += 1;
+                }
             } else {
-                ops.len()
-            };
-            debug_assert!(end > start);
+                bigs_here += ops[end..].iter().filter(|op| is_big(op)).count();
+                end = ops.len();
+            }
             let child = self.pager.resolve(node.child_ref(i), level - 1)?;
-            let first_big = bigs_before(&ops[..start]);
-            if let Change::Replace(p) =
-                self.apply_node(&child, &ops[start..end], &bigs[first_big..])?
-            {
+            let child_bigs = &bigs[first_big..first_big + bigs_here];
+            if let Change::Replace(p) = self.apply_node(&child, &ops[start..end], child_bigs)? {
                 changes.push((i, p));
             }
+            first_big += bigs_here;
             start = end;
         }
         if changes.is_empty() {
@@ -477,7 +490,8 @@ impl<'a> Ctx<'a> {
     fn copy_ref(&self, r: &ChildRef) -> ChildRef {
         if let Some(n) = r.mem() {
             if let Some(p) = self.pager.durable_page(&n) {
-                self.pager.insert_clean(p, n);
+                self.pager
+                    .insert_clean(p, crate::checkpoint::cacheable(self.pager, n, p));
                 return ChildRef::on_disk(p);
             }
         }
@@ -512,6 +526,13 @@ impl<'a> Ctx<'a> {
             let a = if k + 1 < list.len() { k } else { k - 1 };
             let left = self.slot_node(&list[a].1, level - 1)?;
             let right = self.slot_node(&list[a + 1].1, level - 1)?;
+            if node_size(&left) + node_size(&right) > self.cfg.page_target {
+                // Only merge what fits one page: splitting the pair evenly
+                // instead would leave both half full, which at the right
+                // edge of an in-order load halves the fill of every page.
+                k += 1;
+                continue;
+            }
             let sep = list[a + 1]
                 .0
                 .clone()

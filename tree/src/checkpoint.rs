@@ -156,75 +156,84 @@ impl TreeWriter<'_> {
     }
 }
 
-/// After the checkpoint that wrote `root`'s version is durable (and
-/// [`Pager::set_durable_generation`] says so): replaces the in-memory child
-/// pointers of that version by page references and moves the nodes into the
-/// page cache, consolidated. Visits only nodes still pinned in memory.
-pub fn release_written(pager: &Pager, root: &Arc<Node>) {
-    let Body::Internal { base, patches } = root.body() else {
-        return;
+/// After a checkpoint is durable (and [`Pager::set_durable_generation`]
+/// says so): returns a root equal in content to `root` in which every
+/// in-memory pointer to a node that is now durably on disk is a page
+/// pointer, and hands those nodes to the page cache. From then on the cache
+/// alone decides whether they stay in memory. Copies only the internal nodes
+/// on paths to such pointers; returns `None` when there are none.
+pub fn release_written(pager: &Pager, root: &Arc<Node>) -> Option<Arc<Node>> {
+    let Body::Internal { base, .. } = root.body() else {
+        return None;
     };
-    let refs = (0..base.children_len())
-        .map(|i| base.child(i))
-        .chain(patches.iter().map(|(_, r)| r));
-    for cref in refs {
-        let Some(child) = cref.mem() else { continue };
-        release_written(pager, &child);
-        if let Some(page) = pager.durable_page(&child) {
-            pager.insert_clean(page, compact(pager, &child, page));
-            cref.swizzle_out(page);
-        }
+    let n = base.children_len();
+    let mut children: Option<Vec<ChildRef>> = None;
+    for i in 0..n {
+        let ChildRef::Mem(child) = root.child_ref(i) else {
+            continue;
+        };
+        let replacement = match pager.durable_page(child) {
+            Some(page) => {
+                let released = release_written(pager, child).unwrap_or_else(|| child.clone());
+                pager.insert_clean(page, cacheable(pager, released, page));
+                ChildRef::Disk(page)
+            }
+            None => match release_written(pager, child) {
+                Some(c) => ChildRef::Mem(c),
+                None => continue,
+            },
+        };
+        children.get_or_insert_with(|| (0..n).map(|j| root.child_ref(j).clone()).collect())[i] =
+            replacement;
     }
+    let children = children?;
+    let seps: Vec<&[u8]> = (0..base.seps_len()).map(|i| base.sep(i)).collect();
+    let node = Node::internal(
+        root.level(),
+        Arc::new(InternalData::new(&seps, children)),
+        Box::new([]),
+    );
+    // Same content, so the same page, if it was written.
+    node.written.copy_from(&root.written);
+    Some(Arc::new(node))
 }
 
-/// The form of a written node worth keeping in the cache: overlays folded
-/// in, out-of-line values known by their blob only.
-fn compact(pager: &Pager, node: &Arc<Node>, page: DiskRef) -> Arc<Node> {
-    let durable = pager.durable_generation();
-    let out = match node.body() {
-        Body::Leaf { base, delta } => {
-            let has_mem_bigs = base
-                .iter()
-                .any(|(_, e)| matches!(e, Entry::Value(ValueRef::Big(b)) if b.bytes.is_some()));
-            if delta.is_none() && !has_mem_bigs {
-                return node.clone();
-            }
-            let mut merged = Vec::new();
-            match delta {
-                Some(d) => merge_into(&mut merged, base.iter(), d.iter(), true),
-                None => merged.extend(base.iter()),
-            }
-            let mut leaf = LeafData::with_capacity(merged.len(), base.size());
-            for (k, e) in merged {
-                match e {
-                    Entry::Value(ValueRef::Big(b)) => {
-                        let blob = b
-                            .written
-                            .get(|g| g <= durable)
-                            .expect("durable leaf with unwritten blob");
-                        leaf.push(k, Entry::Value(ValueRef::Big(&BigValue::on_disk(blob))));
-                    }
-                    e => leaf.push(k, e),
-                }
-            }
-            leaf.shrink();
-            Node::leaf(Arc::new(leaf), None)
-        }
-        Body::Internal { base, patches } => {
-            if patches.is_empty() {
-                return node.clone();
-            }
-            let children: Vec<ChildRef> = (0..base.children_len())
-                .map(|i| node.child_ref(i).duplicate())
-                .collect();
-            let seps: Vec<&[u8]> = (0..base.seps_len()).map(|i| base.sep(i)).collect();
-            Node::internal(
-                node.level(),
-                Arc::new(InternalData::new(&seps, children)),
-                Box::new([]),
-            )
-        }
+/// The form of a durably written node worth keeping in the cache. A leaf
+/// holding out-of-line values in memory is rebuilt to refer to their blobs
+/// instead (values can be large); anything else is kept as it is, since a
+/// node with an overlay reads the same as its page.
+pub(crate) fn cacheable(pager: &Pager, node: Arc<Node>, page: DiskRef) -> Arc<Node> {
+    let Body::Leaf { base, delta } = node.body() else {
+        return node;
     };
+    let holds_values = |d: &LeafData| {
+        d.iter()
+            .any(|(_, e)| matches!(e, Entry::Value(ValueRef::Big(b)) if b.bytes.is_some()))
+    };
+    if !holds_values(base) && !delta.as_deref().is_some_and(holds_values) {
+        return node;
+    }
+    let durable = pager.durable_generation();
+    let mut merged = Vec::new();
+    match delta {
+        Some(d) => merge_into(&mut merged, base.iter(), d.iter(), true),
+        None => merged.extend(base.iter()),
+    }
+    let mut leaf = LeafData::with_capacity(merged.len(), base.size());
+    for (k, e) in merged {
+        match e {
+            Entry::Value(ValueRef::Big(b)) => {
+                let blob = b
+                    .written
+                    .get(|g| g <= durable)
+                    .expect("durable leaf with an unwritten blob");
+                leaf.push(k, Entry::Value(ValueRef::Big(&BigValue::on_disk(blob))));
+            }
+            e => leaf.push(k, e),
+        }
+    }
+    leaf.shrink();
+    let out = Node::leaf(Arc::new(leaf));
     out.written.set(page, 0);
     Arc::new(out)
 }

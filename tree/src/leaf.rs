@@ -26,6 +26,15 @@ pub fn head(key: &[u8]) -> u64 {
     u64::from_be_bytes(b)
 }
 
+/// Key order (memcmp), deciding most comparisons on the 8-byte heads.
+#[inline]
+pub fn compare_keys(a: &[u8], b: &[u8]) -> Ordering {
+    match head(a).cmp(&head(b)) {
+        Ordering::Equal => a.cmp(b),
+        o => o,
+    }
+}
+
 /// Binary search over sorted keys given their heads; like `slice::binary_search`.
 #[inline]
 pub fn search_heads<'a>(
@@ -77,6 +86,12 @@ impl<T: Copy> Written<T> {
 
     pub fn new_at(r: T, generation: u64) -> Self {
         Written(Mutex::new(Some((r, generation))))
+    }
+
+    /// Takes over whatever `other` records.
+    pub fn copy_from(&self, other: &Written<T>) {
+        let v = *other.0.lock();
+        *self.0.lock() = v;
     }
 }
 
@@ -209,7 +224,11 @@ impl LeafData {
             + self.heads.capacity() * 8
             + self.slots.capacity() * std::mem::size_of::<Slot>()
             + self.data.capacity()
-            + self.bigs.len() * 16
+            + self
+                .bigs
+                .iter()
+                .map(|b| 16 + b.bytes.as_ref().map_or(0, |v| v.len()))
+                .sum::<usize>()
     }
 
     #[inline]

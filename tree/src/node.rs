@@ -13,17 +13,12 @@
 //! base. Pages on disk never contain overlays: a page is always written
 //! consolidated.
 //!
-//! The two pieces of interior mutability, both monotone and invisible to
-//! readers' results:
-//! - `Node::written`: where a checkpoint wrote this node;
-//! - `ChildRef`: may be *swizzled out* from an in-memory pointer to a page
-//!   reference once the child is durably on disk, so that the page cache, not
-//!   the tree, decides whether it stays in memory.
+//! The one piece of interior mutability, monotone and invisible to readers'
+//! results, is `Node::written`: where a checkpoint wrote this node.
 
 use crate::leaf::{head, search_heads, LeafData, Written};
-use arc_swap::ArcSwapOption;
 use kivi_log::PageRef;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 /// A durable page and the bytes of everything reachable from it (the page,
 /// its descendants and their out-of-line values): the live bytes of a subtree.
@@ -33,66 +28,44 @@ pub struct DiskRef {
     pub subtree: u64,
 }
 
-/// A pointer from an internal node to a child.
-///
-/// Invariant: at least one of `mem` and `page` is set, and `mem` is cleared
-/// only after `page` is set, so a reader that finds `mem` empty always finds
-/// `page`.
-#[derive(Debug, Default)]
-pub struct ChildRef {
-    page: OnceLock<DiskRef>,
-    mem: ArcSwapOption<Node>,
+/// A pointer from an internal node to a child: the child itself while it
+/// is only in memory (written by no durable checkpoint yet), its page once it
+/// is durably on disk. After each checkpoint the writer replaces in-memory
+/// pointers to children that are now on disk by page pointers (see
+/// `checkpoint::release_written`), so the page cache alone decides what stays
+/// in memory.
+#[derive(Debug, Clone)]
+pub enum ChildRef {
+    Mem(Arc<Node>),
+    Disk(DiskRef),
 }
 
 impl ChildRef {
     pub fn in_memory(node: Arc<Node>) -> Self {
-        ChildRef {
-            page: OnceLock::new(),
-            mem: ArcSwapOption::from(Some(node)),
-        }
+        ChildRef::Mem(node)
     }
 
     pub fn on_disk(page: DiskRef) -> Self {
-        let cell = OnceLock::new();
-        cell.set(page).expect("fresh cell");
-        ChildRef {
-            page: cell,
-            mem: ArcSwapOption::empty(),
-        }
+        ChildRef::Disk(page)
     }
 
     pub fn mem(&self) -> Option<Arc<Node>> {
-        self.mem.load_full()
+        match self {
+            ChildRef::Mem(n) => Some(n.clone()),
+            ChildRef::Disk(_) => None,
+        }
     }
 
     pub fn page(&self) -> Option<DiskRef> {
-        self.page.get().copied()
+        match self {
+            ChildRef::Mem(_) => None,
+            ChildRef::Disk(p) => Some(*p),
+        }
     }
 
-    /// A new reference to the same child, in the same form.
+    /// A new reference to the same child.
     pub fn duplicate(&self) -> Self {
-        match self.mem() {
-            Some(n) => {
-                let r = ChildRef::in_memory(n);
-                if let Some(p) = self.page() {
-                    let _ = r.page.set(p);
-                }
-                r
-            }
-            None => ChildRef::on_disk(self.page().expect("child ref with neither memory nor page")),
-        }
-    }
-
-    /// Replaces the in-memory pointer by the durable page reference `page`.
-    /// Returns the node that was in memory, if any.
-    pub fn swizzle_out(&self, page: DiskRef) -> Option<Arc<Node>> {
-        match self.page.get() {
-            Some(p) => assert_eq!(*p, page, "child swizzled to two different pages"),
-            None => {
-                let _ = self.page.set(page);
-            }
-        }
-        self.mem.swap(None)
+        self.clone()
     }
 }
 
@@ -172,6 +145,11 @@ impl InternalData {
     }
 }
 
+/// Estimated encoded size of an internal page.
+pub fn internal_size(sep_bytes: usize, children: usize) -> usize {
+    4 + children * (PageRef::ENCODED_LEN + 4) + sep_bytes
+}
+
 #[derive(Debug)]
 pub enum Body {
     Leaf {
@@ -191,10 +169,20 @@ pub struct Node {
     /// Where a checkpoint wrote this exact node, consolidated.
     pub written: Written<DiskRef>,
     mem: usize,
+    /// Estimated encoded size of the node's live content (leaves: with the
+    /// delta applied), which decides splits and merges.
+    size: usize,
 }
 
 impl Node {
-    pub fn leaf(base: Arc<LeafData>, delta: Option<Arc<LeafData>>) -> Self {
+    /// A leaf without a delta.
+    pub fn leaf(base: Arc<LeafData>) -> Self {
+        let size = base.size();
+        Self::leaf_with_delta(base, None, size)
+    }
+
+    /// A leaf whose live content (base with `delta` applied) has `size`.
+    pub fn leaf_with_delta(base: Arc<LeafData>, delta: Option<Arc<LeafData>>, size: usize) -> Self {
         let mem = std::mem::size_of::<Node>()
             + base.mem_bytes()
             + delta.as_ref().map_or(0, |d| d.mem_bytes());
@@ -203,7 +191,13 @@ impl Node {
             body: Body::Leaf { base, delta },
             written: Written::default(),
             mem,
+            size,
         }
+    }
+
+    /// Estimated encoded size of the live content.
+    pub fn size(&self) -> usize {
+        self.size
     }
 
     pub fn internal(level: u8, base: Arc<InternalData>, patches: Box<[(u32, ChildRef)]>) -> Self {
@@ -215,11 +209,13 @@ impl Node {
         let mem = std::mem::size_of::<Node>()
             + base.mem_bytes()
             + patches.len() * std::mem::size_of::<(u32, ChildRef)>();
+        let size = internal_size(base.seps_bytes(), base.children_len());
         Node {
             level,
             body: Body::Internal { base, patches },
             written: Written::default(),
             mem,
+            size,
         }
     }
 

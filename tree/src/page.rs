@@ -160,7 +160,7 @@ fn decode_leaf(r: &mut Reader<'_>, at: PageRef) -> Result<Node, &'static str> {
     }
     r.expect_end().map_err(|e| e.what)?;
     leaf.shrink();
-    Ok(Node::leaf(Arc::new(leaf), None))
+    Ok(Node::leaf(Arc::new(leaf)))
 }
 
 fn decode_internal(r: &mut Reader<'_>, at: PageRef, level: u8) -> Result<Node, &'static str> {

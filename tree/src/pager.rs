@@ -183,15 +183,10 @@ impl Pager {
     /// The child a reference points to, at `level`.
     #[inline]
     pub fn resolve(&self, child: &ChildRef, level: u8) -> Result<Arc<Node>, Error> {
-        if let Some(node) = child.mem() {
-            return Ok(node);
+        match child {
+            ChildRef::Mem(node) => Ok(node.clone()),
+            ChildRef::Disk(at) => self.load(*at, level),
         }
-        self.load(
-            child
-                .page()
-                .expect("child ref with neither memory nor page"),
-            level,
-        )
     }
 
     /// Puts a node that is durably at `page` into the cache.

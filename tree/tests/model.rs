@@ -85,7 +85,9 @@ impl Harness {
         let page = write_tree(&self.pager, &root, self.generation, &mut sink, &mut stats).unwrap();
         sink.0.sync().unwrap();
         self.pager.set_durable_generation(self.generation);
-        release_written(&self.pager, &root);
+        if let Some(released) = release_written(&self.pager, &root) {
+            self.root = Some(released);
+        }
         if reload {
             self.pager.clear_cache();
             self.root = Some(self.pager.load(page, root.level()).unwrap());
