@@ -22,6 +22,11 @@ pub(crate) struct LogSegment {
     pub bytes: u64,
 }
 
+/// A checkpoint record goes into a fresh segment when the current one holds
+/// more than this many bytes of commits it covers: the segment holding the
+/// newest checkpoint record is kept, so this lets the covered commits go.
+const ROLL_FOR_CHECKPOINT: u64 = 1 << 20;
+
 /// Emits one record: its type, and a function writing its body.
 pub(crate) type Emit<'a> = dyn FnMut(RecordType, &mut dyn FnMut(&mut Vec<u8>)) + 'a;
 
@@ -62,10 +67,20 @@ impl CommitLog {
 
     /// Makes sure a usable segment with room is open: after a failure or
     /// when the current one is full, closes it and starts the next.
-    fn ensure_segment(&mut self) -> Result<&mut SegmentAppender, Error> {
+    fn ensure_segment(
+        &mut self,
+        checkpoint_seq: Option<u64>,
+    ) -> Result<&mut SegmentAppender, Error> {
+        let covered = |cur: &SegmentAppender, seg: Option<&LogSegment>| {
+            checkpoint_seq.is_some_and(|s| {
+                seg.is_some_and(|g| g.max_seq <= s) && cur.len() > ROLL_FOR_CHECKPOINT
+            })
+        };
         let roll = match &self.current {
             None => true,
-            Some(cur) => cur.is_broken() || cur.len() >= self.target,
+            Some(cur) => {
+                cur.is_broken() || cur.len() >= self.target || covered(cur, self.segments.back())
+            }
         };
         if roll {
             if let Some(mut cur) = self.current.take() {
@@ -108,13 +123,16 @@ impl CommitLog {
     /// Appends one group's records in a single write, then makes them durable
     /// if `sync`. On failure the records are cut off (never read back) and
     /// the next append starts a new segment.
+    /// `checkpoint_seq` is the sequence number a checkpoint record in the
+    /// group covers, if it holds one.
     pub fn append_group(
         &mut self,
         seq: Option<u64>,
+        checkpoint_seq: Option<u64>,
         records: &mut dyn FnMut(&mut Emit<'_>),
         sync: bool,
     ) -> Result<(), Error> {
-        let app = self.ensure_segment()?;
+        let app = self.ensure_segment(checkpoint_seq)?;
         let start = app.len();
         records(&mut |ty, body| {
             app.buffer_record(ty, |out| body(out));

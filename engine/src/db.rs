@@ -449,6 +449,7 @@ impl Inner {
         let appended_before = w.log.appended;
         let result = w.log.append_group(
             applied.is_some().then_some(seq),
+            checkpoints.iter().map(|c| c.0.seq).max(),
             &mut |emit| {
                 if applied.is_some() {
                     emit(RecordType::Commit, &mut |out| {
