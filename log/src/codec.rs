@@ -39,6 +39,11 @@ impl<'a> Reader<'a> {
         self.pos
     }
 
+    /// The bytes not read yet.
+    pub fn rest(&self) -> &'a [u8] {
+        &self.buf[self.pos..]
+    }
+
     pub fn remaining(&self) -> usize {
         self.buf.len() - self.pos
     }

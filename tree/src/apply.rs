@@ -8,9 +8,13 @@
 //! it merges with a sibling, and the root grows or shrinks a level as needed.
 
 use crate::leaf::{
-    entry_size, head, merge_into, BigValue, Entry, LeafData, ValueRef, INLINE_VALUE_MAX,
+    compare_keys, entry_size, head, merge_into, BigValue, Entry, LeafData, ValueRef,
+    INLINE_VALUE_MAX,
 };
-use crate::node::{Body, ChildRef, InternalData, Node};
+use crate::node::{Body, ChildRef, InternalData, Node, Patches};
+
+/// Most chunks in an internal node's patch chain before it is folded.
+const PATCH_CHAIN_MAX: usize = 8;
 use crate::page::shortest_separator;
 use crate::pager::Pager;
 use crate::read::leaf_entries;
@@ -24,7 +28,8 @@ pub struct TreeConfig {
     pub page_target: usize,
     /// Most entries a leaf's delta holds before the leaf is consolidated.
     pub delta_max: usize,
-    /// Most patched children an internal node carries before consolidation.
+    /// Most patched children an internal node carries before consolidation
+    /// (at least half its children).
     pub patch_max: usize,
 }
 
@@ -57,6 +62,8 @@ struct Piece {
 
 enum Change {
     Same,
+    /// The node is replaced by one node over the same range.
+    One(Arc<Node>),
     /// The node is replaced by these pieces, in key order (none: it is empty).
     Replace(Vec<Piece>),
 }
@@ -123,6 +130,7 @@ pub fn apply(
                     new_bytes: 0,
                 })
             }
+            Change::One(node) => vec![Piece { low: None, node }],
             Change::Replace(p) => p,
         },
     };
@@ -311,31 +319,49 @@ impl<'a> Ctx<'a> {
             && !mostly_deleted
         {
             // Small change: a new overlay on the shared base.
-            let mut new_delta = LeafData::with_capacity(delta_len + edits.len(), 0);
-            let old: Vec<(&[u8], Entry<'_>)> =
-                delta.map(|d| d.iter().collect()).unwrap_or_default();
+            let empty = LeafData::default();
+            let old = delta.map_or(&empty, |d| d.as_ref());
+            let bytes = old.data_len()
+                + edits
+                    .iter()
+                    .map(|(k, e)| {
+                        k.len()
+                            + if let Edit::Put(ValueRef::Inline(v)) = e {
+                                v.len()
+                            } else {
+                                0
+                            }
+                    })
+                    .sum::<usize>();
+            let mut new_delta = LeafData::with_capacity(old.len() + edits.len(), bytes);
             let (mut i, mut j) = (0, 0);
             while i < old.len() || j < edits.len() {
-                let take_edit = j < edits.len() && (i == old.len() || edits[j].0 <= old[i].0);
-                if take_edit {
-                    if i < old.len() && old[i].0 == edits[j].0 {
-                        i += 1;
-                    }
-                    let (k, e) = edits[j];
-                    j += 1;
-                    match e {
-                        Edit::Put(v) => new_delta.push(k, Entry::Value(v)),
-                        Edit::Tombstone => new_delta.push(k, Entry::Tombstone),
-                        Edit::Drop => {}
-                    }
+                let order = if j == edits.len() {
+                    std::cmp::Ordering::Greater
+                } else if i == old.len() {
+                    std::cmp::Ordering::Less
                 } else {
-                    new_delta.push(old[i].0, old[i].1);
+                    compare_keys(edits[j].0, old.key(i))
+                };
+                if order.is_gt() {
+                    new_delta.push(old.key(i), old.entry(i));
                     i += 1;
+                    continue;
+                }
+                if order.is_eq() {
+                    i += 1;
+                }
+                let (k, e) = edits[j];
+                j += 1;
+                match e {
+                    Edit::Put(v) => new_delta.push(k, Entry::Value(v)),
+                    Edit::Tombstone => new_delta.push(k, Entry::Tombstone),
+                    Edit::Drop => {}
                 }
             }
             let delta = (!new_delta.is_empty()).then(|| Arc::new(new_delta));
             let node = self.track(Node::leaf_with_delta(base.clone(), delta, size));
-            return Change::Replace(vec![Piece { low: None, node }]);
+            return Change::One(node);
         }
 
         // Consolidate: base + delta + edits, tombstones applied.
@@ -395,7 +421,7 @@ impl<'a> Ctx<'a> {
         let level = node.level();
         let base = node.internal_base().clone();
         let n = base.children_len();
-        let mut changes: Vec<(usize, Vec<Piece>)> = Vec::new();
+        let mut changes: Vec<(usize, Change)> = Vec::new();
         let mut start = 0;
         let mut first_big = 0;
         while start < ops.len() {
@@ -416,8 +442,9 @@ impl<'a> Ctx<'a> {
             }
             let child = self.pager.resolve(node.child_ref(i), level - 1)?;
             let child_bigs = &bigs[first_big..first_big + bigs_here];
-            if let Change::Replace(p) = self.apply_node(&child, &ops[start..end], child_bigs)? {
-                changes.push((i, p));
+            match self.apply_node(&child, &ops[start..end], child_bigs)? {
+                Change::Same => {}
+                change => changes.push((i, change)),
             }
             first_big += bigs_here;
             start = end;
@@ -431,29 +458,29 @@ impl<'a> Ctx<'a> {
         };
         let simple = changes
             .iter()
-            .all(|(_, p)| p.len() == 1 && !self.underfull(&p[0].node));
-        if simple {
-            let mut merged: Vec<(u32, ChildRef)> =
-                Vec::with_capacity(patches.len() + changes.len());
-            let mut old = patches.iter().peekable();
-            for (i, p) in &changes {
-                let i = *i as u32;
-                while let Some((j, r)) = old.peek() {
-                    if *j > i {
-                        break;
-                    }
-                    if *j < i {
-                        merged.push((*j, r.duplicate()));
-                    }
-                    old.next();
+            .all(|(_, c)| matches!(c, Change::One(node) if !self.underfull(node)));
+        let patched = patches.as_ref().map_or(0, |p| p.total());
+        if simple && patched + changes.len() <= self.cfg.patch_max.max(n / 2) {
+            let fresh: Vec<(u32, ChildRef)> = changes
+                .into_iter()
+                .map(|(i, c)| match c {
+                    Change::One(node) => (i as u32, ChildRef::in_memory(node)),
+                    _ => unreachable!("simple changes replace one node"),
+                })
+                .collect();
+            let chain = match patches {
+                // A long chain makes lookups walk many chunks: fold it.
+                Some(old) if old.depth() >= PATCH_CHAIN_MAX => {
+                    let mut all = old.flatten();
+                    all.retain(|(i, _)| fresh.binary_search_by_key(i, |e| e.0).is_err());
+                    all.extend(fresh);
+                    all.sort_unstable_by_key(|e| e.0);
+                    Patches::new(all, None)
                 }
-                merged.push((i, ChildRef::in_memory(p[0].node.clone())));
-            }
-            merged.extend(old.map(|(j, r)| (*j, r.duplicate())));
-            if merged.len() <= self.cfg.patch_max {
-                let node = self.track(Node::internal(level, base, merged.into_boxed_slice()));
-                return Ok(Change::Replace(vec![Piece { low: None, node }]));
-            }
+                old => Patches::new(fresh, old.clone()),
+            };
+            let node = self.track(Node::internal(level, base, Some(chain)));
+            return Ok(Change::One(node));
         }
 
         // Consolidate: the full list of children with their separators.
@@ -463,10 +490,15 @@ impl<'a> Ctx<'a> {
         for i in 0..n {
             let sep = (i > 0).then(|| base.sep(i - 1).to_vec());
             if changes.peek().is_some_and(|(j, _)| *j == i) {
-                let (_, pieces) = changes.next().expect("peeked");
-                for (j, piece) in pieces.into_iter().enumerate() {
-                    let low = if j == 0 { sep.clone() } else { piece.low };
-                    list.push((low, Slot::New(piece.node), true));
+                match changes.next().expect("peeked").1 {
+                    Change::One(node) => list.push((sep, Slot::New(node), true)),
+                    Change::Replace(pieces) => {
+                        for (j, piece) in pieces.into_iter().enumerate() {
+                            let low = if j == 0 { sep.clone() } else { piece.low };
+                            list.push((low, Slot::New(piece.node), true));
+                        }
+                    }
+                    Change::Same => unreachable!("unchanged children are not listed"),
                 }
             } else {
                 list.push((sep, Slot::Old(self.copy_ref(node.child_ref(i))), false));
@@ -484,18 +516,11 @@ impl<'a> Ctx<'a> {
         ))
     }
 
-    /// A reference to the same child for a rebuilt node; if the child is
-    /// durably on disk, the reference points to the page and the node goes to
-    /// the cache, so the tree does not pin it in memory.
+    /// A reference to the same child for a rebuilt node. (In-memory children
+    /// that are durably written become page references in `release_written`
+    /// after each checkpoint; checking here would lock every child, cold.)
     fn copy_ref(&self, r: &ChildRef) -> ChildRef {
-        if let Some(n) = r.mem() {
-            if let Some(p) = self.pager.durable_page(&n) {
-                self.pager
-                    .insert_clean(p, crate::checkpoint::cacheable(self.pager, n, p));
-                return ChildRef::on_disk(p);
-            }
-        }
-        r.duplicate()
+        r.clone()
     }
 
     fn slot_node(&self, slot: &Slot, level: u8) -> Result<Arc<Node>, Error> {
@@ -615,7 +640,7 @@ impl<'a> Ctx<'a> {
             }
             let sep_refs: Vec<&[u8]> = seps.iter().map(|s| s.as_slice()).collect();
             let data = InternalData::new(&sep_refs, children);
-            let node = self.track(Node::internal(level, Arc::new(data), Box::new([])));
+            let node = self.track(Node::internal(level, Arc::new(data), None));
             pieces.push(Piece { low, node });
         }
         pieces

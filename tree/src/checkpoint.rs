@@ -191,7 +191,7 @@ pub fn release_written(pager: &Pager, root: &Arc<Node>) -> Option<Arc<Node>> {
     let node = Node::internal(
         root.level(),
         Arc::new(InternalData::new(&seps, children)),
-        Box::new([]),
+        None,
     );
     // Same content, so the same page, if it was written.
     node.written.copy_from(&root.written);

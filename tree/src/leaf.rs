@@ -126,21 +126,22 @@ impl BigValue {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Inline,
-    Big,
-    Tombstone,
-}
+const KIND_INLINE: u8 = 0;
+const KIND_BIG: u8 = 1;
+const KIND_TOMBSTONE: u8 = 2;
 
-#[derive(Debug, Clone, Copy)]
+/// Where an entry's key and value are. 16 bytes, plain old data, so that the
+/// slots can live in the same allocation as the heads and the arena.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 struct Slot {
     key_off: u32,
-    key_len: u32,
-    kind: Kind,
-    /// Inline: offset of the value in `data`; big: index into `bigs`.
+    /// Inline: offset of the value in the arena; big: index into `bigs`.
     val: u32,
     val_len: u32,
+    key_len: u16,
+    kind: u8,
+    _pad: u8,
 }
 
 /// A value as found in a leaf.
@@ -181,32 +182,48 @@ pub fn entry_size(key_len: usize, value: Entry<'_>) -> usize {
         }
 }
 
+/// Sorted entries in one allocation: `cap` heads, then `cap` slots, then the
+/// arena of key and value bytes. One allocation per leaf (instead of one per
+/// array) matters: the write path makes and frees a small leaf per changed key.
 #[derive(Debug, Default)]
 pub struct LeafData {
-    heads: Vec<u64>,
-    slots: Vec<Slot>,
-    data: Vec<u8>,
+    buf: Box<[u64]>,
+    cap: u32,
+    data_cap: u32,
+    n: u32,
+    data_len: u32,
     bigs: Vec<Arc<BigValue>>,
     size: usize,
     tombstones: usize,
 }
 
 impl LeafData {
+    /// Room for `entries` entries holding `bytes` bytes of keys and inline values.
     pub fn with_capacity(entries: usize, bytes: usize) -> Self {
+        assert!(
+            entries <= u32::MAX as usize / 4 && bytes <= u32::MAX as usize,
+            "leaf too large"
+        );
+        let words = 3 * entries + bytes.div_ceil(8);
         LeafData {
-            heads: Vec::with_capacity(entries),
-            slots: Vec::with_capacity(entries),
-            data: Vec::with_capacity(bytes),
+            buf: vec![0u64; words].into_boxed_slice(),
+            cap: entries as u32,
+            data_cap: bytes as u32,
             ..Default::default()
         }
     }
 
     pub fn len(&self) -> usize {
-        self.slots.len()
+        self.n as usize
     }
 
     pub fn is_empty(&self) -> bool {
-        self.slots.is_empty()
+        self.n == 0
+    }
+
+    /// Bytes of keys and inline values held.
+    pub fn data_len(&self) -> usize {
+        self.data_len as usize
     }
 
     /// Estimated encoded size of all entries.
@@ -221,9 +238,7 @@ impl LeafData {
     /// Bytes of memory held.
     pub fn mem_bytes(&self) -> usize {
         std::mem::size_of::<Self>()
-            + self.heads.capacity() * 8
-            + self.slots.capacity() * std::mem::size_of::<Slot>()
-            + self.data.capacity()
+            + self.buf.len() * 8
             + self
                 .bigs
                 .iter()
@@ -232,20 +247,37 @@ impl LeafData {
     }
 
     #[inline]
+    fn heads(&self) -> &[u64] {
+        &self.buf[..self.n as usize]
+    }
+
+    #[inline]
+    fn slots(&self) -> &[Slot] {
+        let cap = self.cap as usize;
+        bytemuck::cast_slice(&self.buf[cap..cap + 2 * self.n as usize])
+    }
+
+    #[inline]
+    fn data(&self) -> &[u8] {
+        let start = 3 * self.cap as usize;
+        &bytemuck::cast_slice::<u64, u8>(&self.buf[start..])[..self.data_len as usize]
+    }
+
+    #[inline]
     pub fn key(&self, i: usize) -> &[u8] {
-        let s = &self.slots[i];
-        &self.data[s.key_off as usize..(s.key_off + s.key_len) as usize]
+        let s = &self.slots()[i];
+        &self.data()[s.key_off as usize..s.key_off as usize + s.key_len as usize]
     }
 
     #[inline]
     pub fn entry(&self, i: usize) -> Entry<'_> {
-        let s = &self.slots[i];
+        let s = &self.slots()[i];
         match s.kind {
-            Kind::Inline => Entry::Value(ValueRef::Inline(
-                &self.data[s.val as usize..(s.val + s.val_len) as usize],
+            KIND_INLINE => Entry::Value(ValueRef::Inline(
+                &self.data()[s.val as usize..(s.val + s.val_len) as usize],
             )),
-            Kind::Big => Entry::Value(ValueRef::Big(&self.bigs[s.val as usize])),
-            Kind::Tombstone => Entry::Tombstone,
+            KIND_BIG => Entry::Value(ValueRef::Big(&self.bigs[s.val as usize])),
+            _ => Entry::Tombstone,
         }
     }
 
@@ -259,44 +291,75 @@ impl LeafData {
 
     #[inline]
     pub fn find(&self, key: &[u8]) -> Result<usize, usize> {
-        search_heads(&self.heads, key, |i| self.key(i))
+        search_heads(self.heads(), key, |i| self.key(i))
     }
 
-    /// Appends an entry; keys must come in strictly increasing order.
+    /// Moves the contents into a buffer with room for `entries` and `bytes`.
+    fn relayout(&mut self, entries: usize, bytes: usize) {
+        let mut bigger = LeafData::with_capacity(entries, bytes);
+        let (n, old_cap, new_cap) = (self.n as usize, self.cap as usize, entries);
+        bigger.buf[..n].copy_from_slice(&self.buf[..n]);
+        bigger.buf[new_cap..new_cap + 2 * n].copy_from_slice(&self.buf[old_cap..old_cap + 2 * n]);
+        let words = (self.data_len as usize).div_ceil(8);
+        bigger.buf[3 * new_cap..3 * new_cap + words]
+            .copy_from_slice(&self.buf[3 * old_cap..3 * old_cap + words]);
+        self.buf = bigger.buf;
+        self.cap = bigger.cap;
+        self.data_cap = bigger.data_cap;
+    }
+
+    /// Appends an entry; keys must come in strictly increasing order. Grows
+    /// the buffer if the capacity given was too small.
     pub fn push(&mut self, key: &[u8], entry: Entry<'_>) {
         debug_assert!(
             self.last_key().is_none_or(|last| last < key),
             "leaf keys out of order"
         );
         assert!(
-            self.data.len() + key.len() + entry_len(entry) <= u32::MAX as usize,
-            "leaf arena overflow"
+            key.len() <= u16::MAX as usize,
+            "key over the slot's length field"
         );
-        let key_off = self.data.len() as u32;
-        self.data.extend_from_slice(key);
+        let bytes = key.len() + entry_len(entry);
+        if self.n == self.cap || self.data_len as usize + bytes > self.data_cap as usize {
+            let entries = (self.n as usize + 1).max(2 * self.cap as usize);
+            let data = (self.data_len as usize + bytes).max(2 * self.data_cap as usize);
+            self.relayout(entries, data);
+        }
+        let (n, cap) = (self.n as usize, self.cap as usize);
+        let data_start = 3 * cap;
+        let key_off = self.data_len;
+        let arena = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut self.buf[data_start..])
+            [..self.data_cap as usize];
+        arena[key_off as usize..key_off as usize + key.len()].copy_from_slice(key);
+        let mut end = key_off as usize + key.len();
         let (kind, val, val_len) = match entry {
             Entry::Value(ValueRef::Inline(v)) => {
-                let off = self.data.len() as u32;
-                self.data.extend_from_slice(v);
-                (Kind::Inline, off, v.len() as u32)
+                arena[end..end + v.len()].copy_from_slice(v);
+                let off = end as u32;
+                end += v.len();
+                (KIND_INLINE, off, v.len() as u32)
             }
             Entry::Value(ValueRef::Big(b)) => {
                 self.bigs.push(b.clone());
-                (Kind::Big, (self.bigs.len() - 1) as u32, b.len)
+                (KIND_BIG, (self.bigs.len() - 1) as u32, b.len)
             }
             Entry::Tombstone => {
                 self.tombstones += 1;
-                (Kind::Tombstone, 0, 0)
+                (KIND_TOMBSTONE, 0, 0)
             }
         };
-        self.heads.push(head(key));
-        self.slots.push(Slot {
+        self.buf[n] = head(key);
+        let slot = Slot {
             key_off,
-            key_len: key.len() as u32,
-            kind,
             val,
             val_len,
-        });
+            key_len: key.len() as u16,
+            kind,
+            _pad: 0,
+        };
+        bytemuck::cast_slice_mut::<u64, Slot>(&mut self.buf[cap..cap + 2 * (n + 1)])[n] = slot;
+        self.data_len = end as u32;
+        self.n += 1;
         self.size += entry_size(key.len(), entry);
     }
 
@@ -308,9 +371,10 @@ impl LeafData {
 
     /// Drops spare capacity (for nodes that will live in the cache).
     pub fn shrink(&mut self) {
-        self.heads.shrink_to_fit();
-        self.slots.shrink_to_fit();
-        self.data.shrink_to_fit();
+        let (n, data) = (self.n as usize, self.data_len as usize);
+        if n < self.cap as usize || data.div_ceil(8) < (self.data_cap as usize).div_ceil(8) {
+            self.relayout(n, data);
+        }
     }
 }
 
@@ -336,7 +400,7 @@ pub fn merge_into<'a>(
             (None, None) => break,
             (Some(_), None) => false,
             (None, Some(_)) => true,
-            (Some((bk, _)), Some((ok, _))) => match bk.cmp(ok) {
+            (Some((bk, _)), Some((ok, _))) => match compare_keys(bk, ok) {
                 Ordering::Less => false,
                 Ordering::Greater => true,
                 Ordering::Equal => {

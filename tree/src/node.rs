@@ -158,8 +158,75 @@ pub enum Body {
     },
     Internal {
         base: Arc<InternalData>,
-        patches: Box<[(u32, ChildRef)]>,
+        patches: Option<Arc<Patches>>,
     },
+}
+
+/// Replaced child pointers of an internal node, as a chain of small sorted
+/// chunks, newest first. A new version of the node adds one chunk holding just
+/// its own changes and shares the older chunks, so making it touches nothing
+/// but the changed children. Bounded in depth and total size; past either the
+/// writer folds the chain (see apply.rs).
+#[derive(Debug)]
+pub struct Patches {
+    entries: Box<[(u32, ChildRef)]>,
+    next: Option<Arc<Patches>>,
+    depth: usize,
+    total: usize,
+}
+
+impl Patches {
+    /// A chunk of `entries` (sorted by child index, unique) over `next`.
+    pub fn new(entries: Vec<(u32, ChildRef)>, next: Option<Arc<Patches>>) -> Arc<Self> {
+        debug_assert!(
+            entries.windows(2).all(|w| w[0].0 < w[1].0),
+            "patches out of order"
+        );
+        let depth = 1 + next.as_ref().map_or(0, |n| n.depth);
+        let total = entries.len() + next.as_ref().map_or(0, |n| n.total);
+        Arc::new(Patches {
+            entries: entries.into_boxed_slice(),
+            next,
+            depth,
+            total,
+        })
+    }
+
+    /// Chunks in the chain.
+    pub fn depth(&self) -> usize {
+        self.depth
+    }
+
+    /// Entries in all chunks (a child patched twice counts twice).
+    pub fn total(&self) -> usize {
+        self.total
+    }
+
+    fn find(&self, i: u32) -> Option<&ChildRef> {
+        let mut chunk = Some(self);
+        while let Some(c) = chunk {
+            if let Ok(j) = c.entries.binary_search_by_key(&i, |e| e.0) {
+                return Some(&c.entries[j].1);
+            }
+            chunk = c.next.as_deref();
+        }
+        None
+    }
+
+    /// Every patched child with its newest reference, by child index.
+    pub fn flatten(&self) -> Vec<(u32, ChildRef)> {
+        let mut all: Vec<(u32, usize, &ChildRef)> = Vec::with_capacity(self.total);
+        let mut chunk = Some(self);
+        let mut age = 0;
+        while let Some(c) = chunk {
+            all.extend(c.entries.iter().map(|(i, r)| (*i, age, r)));
+            chunk = c.next.as_deref();
+            age += 1;
+        }
+        all.sort_by_key(|&(i, age, _)| (i, age));
+        all.dedup_by_key(|e| e.0);
+        all.into_iter().map(|(i, _, r)| (i, r.clone())).collect()
+    }
 }
 
 #[derive(Debug)]
@@ -200,15 +267,13 @@ impl Node {
         self.size
     }
 
-    pub fn internal(level: u8, base: Arc<InternalData>, patches: Box<[(u32, ChildRef)]>) -> Self {
+    pub fn internal(level: u8, base: Arc<InternalData>, patches: Option<Arc<Patches>>) -> Self {
         assert!(level > 0, "internal node at level 0");
-        debug_assert!(
-            patches.windows(2).all(|w| w[0].0 < w[1].0),
-            "patches out of order"
-        );
         let mem = std::mem::size_of::<Node>()
             + base.mem_bytes()
-            + patches.len() * std::mem::size_of::<(u32, ChildRef)>();
+            + patches
+                .as_ref()
+                .map_or(0, |p| p.total * std::mem::size_of::<(u32, ChildRef)>());
         let size = internal_size(base.seps_bytes(), base.children_len());
         Node {
             level,
@@ -249,9 +314,9 @@ impl Node {
     pub fn child_ref(&self, i: usize) -> &ChildRef {
         match &self.body {
             Body::Internal { base, patches } => {
-                match patches.binary_search_by_key(&(i as u32), |p| p.0) {
-                    Ok(j) => &patches[j].1,
-                    Err(_) => base.child(i),
+                match patches.as_ref().and_then(|p| p.find(i as u32)) {
+                    Some(r) => r,
+                    None => base.child(i),
                 }
             }
             Body::Leaf { .. } => panic!("child_ref on a leaf"),

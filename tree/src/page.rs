@@ -129,7 +129,7 @@ fn decode_leaf(r: &mut Reader<'_>, at: PageRef) -> Result<Node, &'static str> {
     if count == 0 {
         return Err("empty leaf page");
     }
-    let mut leaf = LeafData::with_capacity(count, r.remaining());
+    let mut leaf = LeafData::with_capacity(count, arena_bytes(r.rest(), count));
     let mut key = Vec::with_capacity(64);
     let mut prev = Vec::with_capacity(64);
     for i in 0..count {
@@ -161,6 +161,38 @@ fn decode_leaf(r: &mut Reader<'_>, at: PageRef) -> Result<Node, &'static str> {
     r.expect_end().map_err(|e| e.what)?;
     leaf.shrink();
     Ok(Node::leaf(Arc::new(leaf)))
+}
+
+/// Bytes of keys and inline values the `count` entries in `body` hold once
+/// their prefixes are expanded, so a leaf is built in an exactly sized
+/// buffer. Stops early on malformed input; the decoder then reports it.
+fn arena_bytes(body: &[u8], count: usize) -> usize {
+    let mut r = Reader::new(body);
+    let mut total = 0usize;
+    let mut prev_len = 0usize;
+    for _ in 0..count {
+        let (Ok(shared), Ok(suffix)) = (r.len(MAX_KEY_LEN), r.len(MAX_KEY_LEN)) else {
+            break;
+        };
+        if r.bytes(suffix).is_err() || shared > prev_len {
+            break;
+        }
+        prev_len = shared + suffix;
+        let Ok(tag) = r.varint() else { break };
+        let skip = if tag & 1 == 0 {
+            (tag >> 1) as usize
+        } else {
+            PageRef::ENCODED_LEN
+        };
+        if tag & 1 == 0 {
+            total += skip.min(INLINE_VALUE_MAX);
+        }
+        if r.bytes(skip).is_err() {
+            break;
+        }
+        total += prev_len;
+    }
+    total
 }
 
 fn decode_internal(r: &mut Reader<'_>, at: PageRef, level: u8) -> Result<Node, &'static str> {
@@ -200,7 +232,7 @@ fn decode_internal(r: &mut Reader<'_>, at: PageRef, level: u8) -> Result<Node, &
     Ok(Node::internal(
         level,
         Arc::new(InternalData::new(&sep_refs, children)),
-        Box::new([]),
+        None,
     ))
 }
 
