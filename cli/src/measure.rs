@@ -1,0 +1,119 @@
+//! Timing for the benchmark: wall clock, process CPU time and latency
+//! percentiles.
+
+use std::time::{Duration, Instant};
+
+/// CPU time (user + system) of the whole process, all threads included, so
+/// the engine's background work counts against the operations that caused it.
+pub fn process_cpu() -> Duration {
+    // SAFETY: getrusage only writes the struct we hand it; zeroed is a valid
+    // starting value for a plain C struct.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        if libc::getrusage(libc::RUSAGE_SELF, &mut usage) != 0 {
+            return Duration::ZERO;
+        }
+        usage
+    };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(usage.ru_utime) + tv(usage.ru_stime)
+}
+
+/// Started at the beginning of a measured phase.
+pub struct Meter {
+    wall: Instant,
+    cpu: Duration,
+}
+
+/// What one phase measured.
+#[derive(Debug, Clone)]
+pub struct Figure {
+    pub workload: &'static str,
+    pub label: &'static str,
+    pub ops: u64,
+    pub wall: Duration,
+    pub cpu: Duration,
+    pub p50_us: Option<f64>,
+    pub p99_us: Option<f64>,
+    pub bytes_per_pair: Option<f64>,
+}
+
+impl Figure {
+    pub fn ops_per_sec(&self) -> f64 {
+        self.ops as f64 / self.wall.as_secs_f64().max(1e-9)
+    }
+
+    pub fn cpu_us_per_op(&self) -> f64 {
+        self.cpu.as_secs_f64() * 1e6 / self.ops.max(1) as f64
+    }
+
+    pub fn with_latencies(mut self, mut nanos: Vec<u64>) -> Self {
+        nanos.sort_unstable();
+        self.p50_us = percentile(&nanos, 50.0);
+        self.p99_us = percentile(&nanos, 99.0);
+        self
+    }
+}
+
+impl Meter {
+    pub fn start() -> Meter {
+        Meter {
+            cpu: process_cpu(),
+            wall: Instant::now(),
+        }
+    }
+
+    pub fn finish(self, workload: &'static str, label: &'static str, ops: u64) -> Figure {
+        let wall = self.wall.elapsed();
+        Figure {
+            workload,
+            label,
+            ops,
+            wall,
+            cpu: process_cpu().saturating_sub(self.cpu),
+            p50_us: None,
+            p99_us: None,
+            bytes_per_pair: None,
+        }
+    }
+}
+
+/// Nearest-rank percentile of sorted nanoseconds, in microseconds.
+pub fn percentile(sorted_nanos: &[u64], p: f64) -> Option<f64> {
+    if sorted_nanos.is_empty() {
+        return None;
+    }
+    let rank = (p / 100.0 * sorted_nanos.len() as f64).ceil() as usize;
+    let i = rank.clamp(1, sorted_nanos.len()) - 1;
+    Some(sorted_nanos[i] as f64 / 1000.0)
+}
+
+/// Nanoseconds since `t`, for latency samples.
+pub fn nanos_since(t: Instant) -> u64 {
+    t.elapsed().as_nanos().try_into().unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_use_nearest_rank() {
+        let v: Vec<u64> = (1..=100).map(|i| i * 1000).collect();
+        assert_eq!(percentile(&v, 50.0), Some(50.0));
+        assert_eq!(percentile(&v, 99.0), Some(99.0));
+        assert_eq!(percentile(&[7000], 99.0), Some(7.0));
+        assert_eq!(percentile(&[], 50.0), None);
+    }
+
+    #[test]
+    fn cpu_time_advances_with_work() {
+        let before = process_cpu();
+        let mut x = 0u64;
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_millis(30) {
+            x = x.wrapping_add(crate::kv40::mix(x));
+        }
+        assert!(x != 1 && process_cpu() > before);
+    }
+}

@@ -1,0 +1,207 @@
+//! `stats`: the store's numbers, as text for people or JSON for programs.
+
+use crate::error::{stdout_error, Result};
+use crate::Store;
+use serde::Serialize;
+use std::io::{self, Write};
+
+/// Every field of [`kivi::Stats`] under its own name, plus `segments`.
+/// Built by destructuring, so a field added to `Stats` fails to compile
+/// here instead of silently missing from the output.
+#[derive(Debug, Serialize)]
+struct StatsJson {
+    pairs: u64,
+    seq: u64,
+    tree_height: u32,
+    live_bytes: u64,
+    file_bytes: u64,
+    segments: u64,
+    commit_segments: u64,
+    page_segments: u64,
+    commit_log_bytes: u64,
+    page_log_bytes: u64,
+    checkpoint_tree_bytes: u64,
+    redo_bytes: u64,
+    cache_bytes: u64,
+    cache_capacity: u64,
+    cache_pages: u64,
+    cache_hits: u64,
+    cache_misses: u64,
+    page_reads: u64,
+    blob_reads: u64,
+    group_commits: u64,
+    batches: u64,
+    failed_commits: u64,
+    checkpoints: u64,
+    failed_checkpoints: u64,
+    replayed_at_open: u64,
+    torn_tail: Option<String>,
+    last_error: Option<String>,
+}
+
+impl From<kivi::Stats> for StatsJson {
+    fn from(s: kivi::Stats) -> Self {
+        let kivi::Stats {
+            pairs,
+            seq,
+            tree_height,
+            live_bytes,
+            file_bytes,
+            commit_segments,
+            page_segments,
+            commit_log_bytes,
+            page_log_bytes,
+            checkpoint_tree_bytes,
+            redo_bytes,
+            cache_bytes,
+            cache_capacity,
+            cache_pages,
+            cache_hits,
+            cache_misses,
+            page_reads,
+            blob_reads,
+            group_commits,
+            batches,
+            failed_commits,
+            checkpoints,
+            failed_checkpoints,
+            replayed_at_open,
+            torn_tail,
+            last_error,
+        } = s;
+        StatsJson {
+            pairs,
+            seq,
+            tree_height,
+            live_bytes,
+            file_bytes,
+            segments: commit_segments + page_segments,
+            commit_segments,
+            page_segments,
+            commit_log_bytes,
+            page_log_bytes,
+            checkpoint_tree_bytes,
+            redo_bytes,
+            cache_bytes,
+            cache_capacity,
+            cache_pages,
+            cache_hits,
+            cache_misses,
+            page_reads,
+            blob_reads,
+            group_commits,
+            batches,
+            failed_commits,
+            checkpoints,
+            failed_checkpoints,
+            replayed_at_open,
+            torn_tail,
+            last_error,
+        }
+    }
+}
+
+pub fn run(store: &Store, json: bool) -> Result<()> {
+    let db = store.open_read_only()?;
+    let stats = StatsJson::from(db.stats()?);
+    let mut out = io::stdout().lock();
+    let text = if json {
+        serde_json::to_string_pretty(&stats).expect("plain numbers and strings serialize") + "\n"
+    } else {
+        human(&store.shown_dir(), &stats)
+    };
+    out.write_all(text.as_bytes()).map_err(stdout_error)
+}
+
+/// `1234567` as "1.2 MiB (1234567 bytes)": readable, yet exact.
+fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{n} bytes")
+    } else {
+        format!("{v:.1} {} ({n} bytes)", UNITS[unit])
+    }
+}
+
+fn percent(part: u64, whole: u64) -> String {
+    if whole == 0 {
+        "-".into()
+    } else {
+        format!("{:.1}%", part as f64 * 100.0 / whole as f64)
+    }
+}
+
+fn human(dir: &str, s: &StatsJson) -> String {
+    let rows: Vec<(&str, String)> = vec![
+        ("store", dir.to_string()),
+        ("pairs", s.pairs.to_string()),
+        ("last commit (seq)", s.seq.to_string()),
+        ("tree height", s.tree_height.to_string()),
+        ("live bytes", bytes(s.live_bytes)),
+        ("  checkpointed tree", bytes(s.checkpoint_tree_bytes)),
+        ("  redo log since", bytes(s.redo_bytes)),
+        ("file bytes", bytes(s.file_bytes)),
+        ("  commit log", bytes(s.commit_log_bytes)),
+        ("  page log", bytes(s.page_log_bytes)),
+        (
+            "segments",
+            format!(
+                "{} ({} commit log, {} page log)",
+                s.segments, s.commit_segments, s.page_segments
+            ),
+        ),
+        (
+            "cache use",
+            format!(
+                "{} of {} in {} pages",
+                bytes(s.cache_bytes),
+                bytes(s.cache_capacity),
+                s.cache_pages
+            ),
+        ),
+        (
+            "cache hits / misses",
+            format!(
+                "{} / {} ({} hits)",
+                s.cache_hits,
+                s.cache_misses,
+                percent(s.cache_hits, s.cache_hits + s.cache_misses)
+            ),
+        ),
+        ("page reads", s.page_reads.to_string()),
+        ("blob reads", s.blob_reads.to_string()),
+        ("group commits", s.group_commits.to_string()),
+        ("batches", s.batches.to_string()),
+        ("failed commits", s.failed_commits.to_string()),
+        ("checkpoints", s.checkpoints.to_string()),
+        ("failed checkpoints", s.failed_checkpoints.to_string()),
+        (
+            "replayed at open",
+            format!("{} commits", s.replayed_at_open),
+        ),
+        ("torn tail", s.torn_tail.clone().unwrap_or("none".into())),
+        ("last error", s.last_error.clone().unwrap_or("none".into())),
+    ];
+    let mut text: String = rows.iter().map(|(k, v)| format!("{k:<20} {v}\n")).collect();
+    // The counters live in memory: a reading command sees only its own work.
+    text.push_str("(cache, read, commit and checkpoint counters cover this command only)\n");
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_counts_read_well_and_stay_exact() {
+        assert_eq!(bytes(12), "12 bytes");
+        assert_eq!(bytes(1536), "1.5 KiB (1536 bytes)");
+        assert_eq!(bytes(3 << 30), "3.0 GiB (3221225472 bytes)");
+    }
+}

@@ -1,0 +1,521 @@
+//! End-to-end tests: each runs the real `kivi` binary on a store in a
+//! temporary directory and checks what it prints and how it exits.
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::SystemTime;
+use tempfile::TempDir;
+
+const KIVI: &str = env!("CARGO_BIN_EXE_kivi");
+
+/// A temporary directory with a store path inside it (not yet created).
+struct Fixture {
+    tmp: TempDir,
+    store: PathBuf,
+}
+
+impl Fixture {
+    fn new() -> Self {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = tmp.path().join("store");
+        Fixture { tmp, store }
+    }
+
+    /// Runs `kivi -d STORE ARGS...`.
+    fn run(&self, args: &[&str]) -> Output {
+        run_in(&self.store, args, None)
+    }
+
+    /// Runs it with `input` on standard input.
+    fn run_with_input(&self, args: &[&str], input: &[u8]) -> Output {
+        run_in(&self.store, args, Some(input))
+    }
+
+    /// Runs it and insists on success; returns standard output.
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert_success(&out, args);
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.tmp.path().join(name)
+    }
+}
+
+fn run_in(store: &Path, args: &[&str], input: Option<&[u8]>) -> Output {
+    let mut cmd = Command::new(KIVI);
+    cmd.arg("-d").arg(store).args(args);
+    cmd.stdin(if input.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    });
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("run kivi");
+    if let Some(input) = input {
+        child.stdin.take().unwrap().write_all(input).unwrap();
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn assert_success(out: &Output, args: &[&str]) {
+    assert!(
+        out.status.success(),
+        "kivi {args:?} failed with {:?}: {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `count` lines `key00000<TAB>value-0`, ... in key order.
+fn numbered_lines(count: usize) -> String {
+    (0..count)
+        .map(|i| format!("key{i:05}\tvalue-{i}\n"))
+        .collect()
+}
+
+fn stats_json(f: &Fixture) -> serde_json::Value {
+    serde_json::from_str(&f.ok(&["stats", "--json"])).expect("stats --json is JSON")
+}
+
+#[test]
+fn put_get_del_round_trip() {
+    let f = Fixture::new();
+    f.ok(&["put", "greeting", "hello world"]);
+    f.ok(&["put", "other", "x"]);
+    assert_eq!(f.ok(&["get", "greeting"]), "hello world\n");
+    f.ok(&["put", "greeting", "replaced"]);
+    assert_eq!(f.ok(&["get", "greeting"]), "replaced\n");
+    f.ok(&["del", "greeting"]);
+    assert_eq!(f.run(&["get", "greeting"]).status.code(), Some(1));
+    assert_eq!(f.ok(&["get", "other"]), "x\n");
+    // Deleting an absent key is not an error.
+    f.ok(&["del", "never-there"]);
+}
+
+#[test]
+fn get_of_an_absent_key_exits_1_with_a_message() {
+    let f = Fixture::new();
+    f.ok(&["put", "a", "1"]);
+    let out = f.run(&["get", "missing"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
+    let err = stderr(&out);
+    assert!(
+        err.starts_with("kivi: ") && err.contains("not found"),
+        "{err}"
+    );
+    assert!(err.contains("missing"), "{err}");
+}
+
+#[test]
+fn scan_honours_from_to_and_limit_in_key_order() {
+    let f = Fixture::new();
+    for k in ["d", "a", "c", "e", "b"] {
+        f.ok(&["put", k, &format!("v{k}")]);
+    }
+    assert_eq!(f.ok(&["scan"]), "a\tva\nb\tvb\nc\tvc\nd\tvd\ne\tve\n");
+    // --from is inclusive, --to exclusive.
+    assert_eq!(
+        f.ok(&["scan", "--from", "b", "--to", "d"]),
+        "b\tvb\nc\tvc\n"
+    );
+    assert_eq!(f.ok(&["scan", "--from", "c"]), "c\tvc\nd\tvd\ne\tve\n");
+    assert_eq!(f.ok(&["scan", "--to", "b"]), "a\tva\n");
+    assert_eq!(f.ok(&["scan", "--limit", "2"]), "a\tva\nb\tvb\n");
+    assert_eq!(
+        f.ok(&["scan", "--from", "b", "--limit", "2"]),
+        "b\tvb\nc\tvc\n"
+    );
+    assert_eq!(f.ok(&["scan", "--limit", "0"]), "");
+}
+
+#[test]
+fn load_from_a_file_commits_every_1000_lines_and_scan_shows_them_all() {
+    let f = Fixture::new();
+    let lines = numbered_lines(2500);
+    let file = f.path("pairs.tsv");
+    fs::write(&file, &lines).unwrap();
+    let said = f.ok(&["load", file.to_str().unwrap()]);
+    assert!(
+        said.contains("2500 pairs") && said.contains("3 durable commits"),
+        "{said}"
+    );
+    assert_eq!(f.ok(&["scan"]), lines);
+    let stats = stats_json(&f);
+    assert_eq!(stats["pairs"], 2500);
+    // One commit per 1,000 lines: sequence numbers count commits.
+    assert_eq!(stats["seq"], 3, "{stats}");
+}
+
+#[test]
+fn load_from_standard_input_commits_in_batches() {
+    let f = Fixture::new();
+    let lines = numbered_lines(1500);
+    let out = f.run_with_input(&["load"], lines.as_bytes());
+    assert_success(&out, &["load"]);
+    assert_eq!(f.ok(&["scan"]), lines);
+    assert_eq!(stats_json(&f)["seq"], 2);
+    // `-` means standard input too; values may hold TABs, and a final
+    // line without a newline counts.
+    let out = f.run_with_input(&["load", "-"], b"tabbed\ta\tb\nlast\tone");
+    assert_success(&out, &["load", "-"]);
+    assert_eq!(f.ok(&["get", "tabbed"]), "a\tb\n");
+    assert_eq!(f.ok(&["get", "last"]), "one\n");
+}
+
+#[test]
+fn load_accepts_a_trailing_empty_line_and_names_the_line_without_a_tab() {
+    let f = Fixture::new();
+    let out = f.run_with_input(&["load"], b"a\t1\nb\t2\n\n");
+    assert_success(&out, &["load"]);
+    assert_eq!(f.ok(&["scan"]), "a\t1\nb\t2\n");
+
+    let mut input = numbered_lines(1200).into_bytes();
+    input.extend_from_slice(b"no tab here\nz\t9\n");
+    let out = f.run_with_input(&["load"], &input);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(err.contains("line 1201") && err.contains("TAB"), "{err}");
+    // The first full batch was committed before the bad line was read.
+    assert!(err.contains("first 1000 pairs were stored"), "{err}");
+    assert_eq!(f.run(&["get", "z"]).status.code(), Some(1));
+}
+
+#[test]
+fn load_of_a_missing_file_is_a_clear_error() {
+    let f = Fixture::new();
+    let missing = f.path("nope.tsv");
+    let out = f.run(&["load", missing.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(
+        err.contains("nope.tsv") && err.contains("No such file"),
+        "{err}"
+    );
+}
+
+#[test]
+fn hex_round_trips_binary_keys_and_values() {
+    let f = Fixture::new();
+    let key = b"k\t\n\0\xff";
+    let value = b"\n\tv\x00\x80\r";
+    let (hk, hv) = (hex(key), hex(value));
+    f.ok(&["--hex", "put", &hk, &hv]);
+    assert_eq!(f.ok(&["--hex", "get", &hk]), format!("{hv}\n"));
+    assert_eq!(f.ok(&["--hex", "scan"]), format!("{hk}\t{hv}\n"));
+    // Without --hex the raw bytes come out unchanged.
+    let out = f.run(&["scan"]);
+    assert_eq!(out.stdout, [&key[..], b"\t", value, b"\n"].concat());
+
+    // A load file in hex, with upper-case digits and a CRLF line end.
+    let file = f.path("hex.tsv");
+    fs::write(&file, "00FF0A\t090A\r\n01\t\n").unwrap();
+    f.ok(&["--hex", "load", file.to_str().unwrap()]);
+    assert_eq!(f.ok(&["--hex", "get", "00ff0a"]), "090a\n");
+    assert_eq!(f.ok(&["--hex", "get", "01"]), "\n");
+
+    let out = f.run(&["--hex", "get", "0g"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("not valid hex"), "{}", stderr(&out));
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[test]
+fn check_is_quiet_and_successful_on_a_healthy_store() {
+    let f = Fixture::new();
+    let file = f.path("pairs.tsv");
+    fs::write(&file, numbered_lines(3000)).unwrap();
+    f.ok(&["load", file.to_str().unwrap()]);
+    let out = f.run(&["check"]);
+    assert_success(&out, &["check"]);
+    let said = stdout(&out);
+    assert_eq!(said.lines().count(), 1, "{said}");
+    assert!(
+        said.starts_with("ok") && said.contains("3000 pairs"),
+        "{said}"
+    );
+}
+
+#[test]
+fn check_names_the_segment_with_a_flipped_byte() {
+    let f = Fixture::new();
+    let file = f.path("pairs.tsv");
+    fs::write(&file, numbered_lines(5000)).unwrap();
+    f.ok(&["load", file.to_str().unwrap()]);
+    f.ok(&["check"]);
+    let seg = largest_segment(&f.store);
+    let mut bytes = fs::read(&seg).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    fs::write(&seg, bytes).unwrap();
+
+    let out = f.run(&["check"]);
+    assert!(!out.status.success());
+    assert_ne!(out.status.code(), Some(1), "1 is only for a missing key");
+    let said = stdout(&out) + &stderr(&out);
+    let name = seg.file_name().unwrap().to_str().unwrap();
+    assert!(said.contains(name), "check did not name {name}: {said}");
+    assert!(stderr(&out).contains("found"), "{said}");
+}
+
+fn largest_segment(dir: &Path) -> PathBuf {
+    fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "seg"))
+        .max_by_key(|p| fs::metadata(p).unwrap().len())
+        .expect("the store has segments")
+}
+
+#[test]
+fn stats_json_counts_the_pairs() {
+    let f = Fixture::new();
+    for i in 0..7 {
+        f.ok(&["put", &format!("k{i}"), "v"]);
+    }
+    f.ok(&["del", "k3"]);
+    let stats = stats_json(&f);
+    assert_eq!(stats["pairs"], 6, "{stats}");
+    for field in [
+        "live_bytes",
+        "file_bytes",
+        "segments",
+        "tree_height",
+        "cache_bytes",
+    ] {
+        assert!(stats[field].is_u64(), "{field} missing: {stats}");
+    }
+    assert!(stats["file_bytes"].as_u64().unwrap() > 0);
+    let text = f.ok(&["stats"]);
+    assert!(text.contains("pairs") && text.contains('6'), "{text}");
+    assert!(text.contains("tree height"), "{text}");
+}
+
+#[test]
+fn an_oversized_key_is_refused_with_the_limit() {
+    let f = Fixture::new();
+    let key = "k".repeat(4097);
+    for args in [vec!["put", &key, "v"], vec!["get", &key], vec!["del", &key]] {
+        let out = f.run(&args);
+        assert_eq!(out.status.code(), Some(2), "{:?}", &args[0]);
+        let err = stderr(&out);
+        assert!(
+            err.contains("4097") && err.contains("limit of 4096"),
+            "{err}"
+        );
+    }
+    // 4096 bytes is allowed.
+    let key = "k".repeat(4096);
+    f.ok(&["put", &key, "v"]);
+    assert_eq!(f.ok(&["get", &key]), "v\n");
+}
+
+#[test]
+fn a_directory_that_is_not_a_store_is_refused_and_left_alone() {
+    let tmp = tempfile::tempdir().unwrap();
+    fs::write(tmp.path().join("thesis.txt"), "years of work").unwrap();
+    for args in [&["get", "k"][..], &["scan"], &["stats"], &["put", "k", "v"]] {
+        let out = run_in(tmp.path(), args, None);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(
+            stderr(&out).contains("not a kivi store"),
+            "{}",
+            stderr(&out)
+        );
+    }
+    let names: Vec<_> = fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(
+        names,
+        ["thesis.txt"],
+        "kivi wrote into a stranger's directory"
+    );
+}
+
+#[test]
+fn a_file_given_as_the_store_directory_is_a_clear_error() {
+    let f = Fixture::new();
+    let file = f.path("plain-file");
+    fs::write(&file, "x").unwrap();
+    for args in [&["get", "k"][..], &["put", "k", "v"]] {
+        let out = run_in(&file, args, None);
+        assert_eq!(out.status.code(), Some(2));
+        let err = stderr(&out);
+        assert!(
+            err.contains("plain-file") && err.contains("not a directory"),
+            "{err}"
+        );
+    }
+    assert_eq!(fs::read(&file).unwrap(), b"x");
+}
+
+#[test]
+fn reading_commands_never_write_and_need_an_existing_store() {
+    let f = Fixture::new();
+    f.ok(&["put", "a", "1"]);
+    f.ok(&["put", "b", "2"]);
+    let before = listing(&f.store);
+    f.ok(&["get", "a"]);
+    f.ok(&["scan"]);
+    f.ok(&["check"]);
+    f.ok(&["stats"]);
+    f.ok(&["stats", "--json"]);
+    assert_eq!(
+        listing(&f.store),
+        before,
+        "a reading command changed the store"
+    );
+
+    let absent = f.path("absent");
+    let out = run_in(&absent, &["get", "a"], None);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("no such directory"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!absent.exists(), "a reading command created the store");
+}
+
+/// Names, sizes and modification times of a directory's files.
+fn listing(dir: &Path) -> Vec<(String, u64, SystemTime)> {
+    let mut v: Vec<_> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            let m = e.metadata().unwrap();
+            let name = e.file_name().into_string().unwrap();
+            (name, m.len(), m.modified().unwrap())
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn check_reports_a_store_that_cannot_be_opened() {
+    let f = Fixture::new();
+    let out = f.run(&["check"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stdout(&out).contains("no such directory"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn no_fsync_writes_are_stored_too() {
+    let f = Fixture::new();
+    f.ok(&["--no-fsync", "put", "k", "v"]);
+    let out = f.run_with_input(&["load", "--no-fsync"], numbered_lines(10).as_bytes());
+    assert_success(&out, &["load"]);
+    assert_eq!(f.ok(&["get", "k"]), "v\n");
+    assert_eq!(stats_json(&f)["pairs"], 11);
+}
+
+#[test]
+fn help_lists_every_command() {
+    let out = Command::new(KIVI).arg("--help").output().unwrap();
+    assert!(out.status.success());
+    let help = stdout(&out);
+    for cmd in [
+        "put", "get", "del", "scan", "load", "check", "stats", "bench",
+    ] {
+        assert!(help.contains(&format!("  {cmd} ")), "{cmd} missing: {help}");
+    }
+    assert!(help.contains("--hex") && help.contains("--no-fsync") && help.contains("-d"));
+    let out = Command::new(KIVI)
+        .args(["scan", "--help"])
+        .output()
+        .unwrap();
+    let help = stdout(&out);
+    assert!(
+        help.contains("inclusive") && help.contains("exclusive"),
+        "{help}"
+    );
+}
+
+#[test]
+fn bench_smoke_run_prints_every_figure() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("bench");
+    let json = tmp.path().join("bench.json");
+    let out = Command::new(KIVI)
+        .args(["bench", "-n", "10000", "--dir"])
+        .arg(&dir)
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert_success(&out, &["bench"]);
+    let said = stdout(&out);
+    for figure in [
+        "bulk insert",
+        "random read",
+        "random update",
+        "full scan",
+        "single durable put",
+        "64 threads",
+        "fdatasync",
+        "bytes per pair",
+        "x the fdatasync p50",
+    ] {
+        assert!(said.contains(figure), "{figure} missing:\n{said}");
+    }
+    let lines: Vec<serde_json::Value> = fs::read_to_string(&json)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 7);
+    for l in &lines {
+        assert_eq!(l["store"], "kivi");
+        assert_eq!(l["n"], 10000);
+        assert!(l["ops_per_sec"].as_f64().unwrap() > 0.0, "{l}");
+        assert!(l["cpu_us_per_op"].is_f64(), "{l}");
+    }
+    let single = lines
+        .iter()
+        .find(|l| l["workload"] == "single_put")
+        .unwrap();
+    assert!(single["p50_us"].as_f64().unwrap() > 0.0 && single["bytes_per_pair"].is_null());
+    assert!(
+        lines[0]["bytes_per_pair"].as_f64().unwrap() > 80.0,
+        "kv40 pairs are 80 bytes"
+    );
+}
+
+#[test]
+fn bench_refuses_a_directory_that_is_not_its_own() {
+    let tmp = tempfile::tempdir().unwrap();
+    fs::write(tmp.path().join("keep.txt"), "mine").unwrap();
+    let out = Command::new(KIVI)
+        .args(["bench", "-n", "1000", "--dir"])
+        .arg(tmp.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("refusing"), "{}", stderr(&out));
+    assert_eq!(
+        fs::read_to_string(tmp.path().join("keep.txt")).unwrap(),
+        "mine"
+    );
+}
