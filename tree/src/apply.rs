@@ -482,6 +482,20 @@ impl<'a> Ctx<'a> {
             let node = self.track(Node::internal(level, base, Some(chain)));
             return Ok(Change::One(node));
         }
+        if simple {
+            // Too many patches, same shape: fold them into a new base that
+            // keeps the separators as they are.
+            let mut children: Vec<ChildRef> = (0..n).map(|i| node.child_ref(i).clone()).collect();
+            for (i, c) in changes {
+                let Change::One(child) = c else {
+                    unreachable!("simple changes replace one node")
+                };
+                children[i] = ChildRef::in_memory(child);
+            }
+            let data = base.with_children(children);
+            let node = self.track(Node::internal(level, Arc::new(data), None));
+            return Ok(Change::One(node));
+        }
 
         // Consolidate: the full list of children with their separators.
         let appending = changes.len() == 1 && changes[0].0 == n - 1;

@@ -105,6 +105,17 @@ impl InternalData {
         self.children.len()
     }
 
+    /// The same separators over new children (as many as before).
+    pub fn with_children(&self, children: Vec<ChildRef>) -> Self {
+        assert_eq!(children.len(), self.children.len(), "internal node shape");
+        InternalData {
+            heads: self.heads.clone(),
+            sep_ends: self.sep_ends.clone(),
+            sep_data: self.sep_data.clone(),
+            children,
+        }
+    }
+
     pub fn seps_len(&self) -> usize {
         self.sep_ends.len()
     }

@@ -7,7 +7,7 @@
 //! so a damaged tree can never make a scan return keys out of order.
 
 use crate::leaf::{merge_into, Entry, LeafData, ValueRef};
-use crate::node::{Body, Node};
+use crate::node::{Body, ChildRef, Node};
 use crate::pager::Pager;
 use kivi_log::{Corruption, Error};
 use std::sync::Arc;
@@ -19,26 +19,35 @@ pub fn get_into(
     key: &[u8],
     out: &mut Vec<u8>,
 ) -> Result<bool, Error> {
-    let mut node = root.clone();
-    loop {
-        let next = match node.body() {
-            Body::Internal { base, .. } => {
-                let i = base.child_index(key);
-                pager.resolve(node.child_ref(i), node.level() - 1)?
-            }
-            Body::Leaf { base, delta } => {
-                if let Some(d) = delta {
-                    if let Ok(i) = d.find(key) {
-                        return copy_entry(pager, d.entry(i), out);
-                    }
+    get_in(pager, root, key, out)
+}
+
+/// One level of a lookup. In-memory children are borrowed from their parent
+/// (no reference count is touched on the way down); only children fetched
+/// from the page cache are held by an `Arc` of their own.
+fn get_in(pager: &Pager, node: &Node, key: &[u8], out: &mut Vec<u8>) -> Result<bool, Error> {
+    match node.body() {
+        Body::Internal { base, .. } => {
+            let i = base.child_index(key);
+            match node.child_ref(i) {
+                ChildRef::Mem(child) => get_in(pager, child, key, out),
+                ChildRef::Disk(at) => {
+                    let child = pager.load(*at, node.level() - 1)?;
+                    get_in(pager, &child, key, out)
                 }
-                return match base.find(key) {
-                    Ok(i) => copy_entry(pager, base.entry(i), out),
-                    Err(_) => Ok(false),
-                };
             }
-        };
-        node = next;
+        }
+        Body::Leaf { base, delta } => {
+            if let Some(d) = delta {
+                if let Ok(i) = d.find(key) {
+                    return copy_entry(pager, d.entry(i), out);
+                }
+            }
+            match base.find(key) {
+                Ok(i) => copy_entry(pager, base.entry(i), out),
+                Err(_) => Ok(false),
+            }
+        }
     }
 }
 
