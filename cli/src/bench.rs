@@ -76,12 +76,13 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     report.add(random_reads(&db, n)?)?;
     report.add(random_updates(&db, n)?)?;
     report.add(full_scan(&db, n)?)?;
+    // Right before the single puts, so both see the disk in the same state.
+    let sync = fdatasync_probe(&args.dir)?;
+    report.add(sync.clone())?;
     let single = single_puts(&db, n)?;
     report.add(single.clone())?;
     report.add(concurrent_puts(&db, n)?)?;
     db.close()?;
-    let sync = fdatasync_probe(&args.dir)?;
-    report.add(sync.clone())?;
     report.footer(n, space, &single, &sync)
 }
 
