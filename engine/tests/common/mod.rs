@@ -7,7 +7,9 @@
 //! - `KIVI_TEST_CASES=N`: run N cases in every seeded test (default: each
 //!   test's own count, chosen so the whole suite stays fast);
 //! - `KIVI_TEST_SEED=S`: run only the case with seed S (to reproduce a failure);
-//! - `KIVI_TEST_SEED_BASE=B`: start the seeds at B instead of 0.
+//! - `KIVI_TEST_SEED_BASE=B`: start the seeds at B instead of 0;
+//! - `KIVI_TEST_MAX_FAILURES=N`: collect up to N failing seeds (default 5)
+//!   before stopping.
 
 #![allow(dead_code)]
 
@@ -42,7 +44,7 @@ pub fn seeds(default: u64, salt: u64) -> Vec<u64> {
     let base = env_u64("KIVI_TEST_SEED_BASE").unwrap_or(0);
     (0..cases(default))
         .map(|i| {
-            base.wrapping_add(salt.wrapping_mul(1_000_000_007))
+            base.wrapping_add(salt.wrapping_mul(100_000))
                 .wrapping_add(i)
         })
         .collect()
@@ -114,7 +116,7 @@ pub fn run_seeds(test: &str, seeds: &[u64], case: impl Fn(u64)) {
         if let Some(msg) = msg {
             eprintln!("{test}: seed {seed} FAILED: {msg}");
             failures.push((seed, msg));
-            if failures.len() >= 5 {
+            if failures.len() as u64 >= env_u64("KIVI_TEST_MAX_FAILURES").unwrap_or(5) {
                 break;
             }
         }
@@ -258,29 +260,48 @@ pub struct WriterHistory {
     pub batches: Vec<BatchRec>,
 }
 
+/// One way the store may have come back for one writer: every
+/// acknowledged batch up to position `last_acked` (none if `None`) applied,
+/// plus possibly one batch that was not acknowledged (`extra`), after them
+/// and before the next acknowledged one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Choice {
+    last_acked: Option<usize>,
+    extra: Option<usize>,
+}
+
+fn apply_batch(state: &mut Model, b: &BatchRec) {
+    for (k, v) in &b.ops {
+        match v {
+            Some(v) => state.insert(k.clone(), v.clone()),
+            None => state.remove(k),
+        };
+    }
+}
+
 /// Decides whether `observed` (every pair of a store reopened after a
 /// crash) is a state the history allows, given the state `base` the round
-/// started from:
-/// - every value present was written by some batch (or was there before);
-/// - if `acked_durable`, no acknowledged write is lost; otherwise (no-fsync)
-///   only a suffix of the acknowledged writes may be lost: whatever was
-///   acknowledged before any batch that is visible must be there;
-/// - no batch is partly applied: if any of a batch's values is visible, each
-///   of its keys shows it or a later write to that key;
-/// - a batch that failed (in the running process) never shows up behind a
-///   later batch that was acknowledged and is present.
+/// started from. The commit log is a sequence, so what comes back is, per
+/// writer, a prefix of its acknowledged batches plus at most one batch whose
+/// write did not return Ok (in flight at the crash, or failed), placed
+/// before the writer's next acknowledged batch:
+/// - if `acked_durable` (fsync), the prefix is all acknowledged batches;
+///   otherwise (no fsync) it may be shorter, but a batch acknowledged before
+///   another batch (of any writer) started must be there if that one is;
+/// - batches apply whole or not at all, and no value appears that was
+///   never written;
+/// - a batch that failed in the running process never comes back behind a
+///   later acknowledged batch (of any writer) that is there.
 pub fn check_recovered(
     base: &Model,
     writers: &[WriterHistory],
     observed: &Model,
     acked_durable: bool,
 ) -> Result<(), String> {
-    // Who wrote what.
-    let mut by_id: HashMap<u64, (usize, usize)> = HashMap::new();
+    // Keys of each writer; keys nobody wrote must be as they were.
     let mut key_writer: HashMap<&[u8], usize> = HashMap::new();
     for (w, h) in writers.iter().enumerate() {
-        for (i, b) in h.batches.iter().enumerate() {
-            by_id.insert(b.id, (w, i));
+        for b in &h.batches {
             for k in b.ops.keys() {
                 if let Some(other) = key_writer.insert(k, w) {
                     if other != w {
@@ -290,37 +311,36 @@ pub fn check_recovered(
             }
         }
     }
-
-    // Which batches are visible: one of their values is there, exactly.
-    let mut visible: Vec<Vec<bool>> = writers
-        .iter()
-        .map(|h| vec![false; h.batches.len()])
-        .collect();
-    for (k, v) in observed {
+    let describe_value = |k: &[u8], v: Option<&Vec<u8>>| -> String {
+        let Some(v) = v else {
+            return "absent".into();
+        };
         if base.get(k) == Some(v) {
-            continue;
+            return format!("the value from before the round ({} bytes)", v.len());
         }
-        let found = value_batch(v)
-            .and_then(|id| by_id.get(&id))
-            .and_then(|&(w, i)| {
-                let b = &writers[w].batches[i];
-                (b.ops.get(k) == Some(&Some(v.clone()))).then_some((w, i))
-            });
-        match found {
-            Some((w, i)) => visible[w][i] = true,
-            None => {
-                return Err(format!(
-                    "key {} holds a value no batch wrote to it: {} ({} bytes; was {:?} before the round)",
-                    show(k),
-                    show(v),
-                    v.len(),
-                    base.get(k).map(|b| show(b))
-                ))
+        for (w, h) in writers.iter().enumerate() {
+            for (i, b) in h.batches.iter().enumerate() {
+                if b.ops.get(k) == Some(&Some(v.clone())) {
+                    return format!(
+                        "the value of batch {} (writer {w} #{i}, {:?})",
+                        b.id, b.status
+                    );
+                }
             }
+        }
+        format!("a value no batch wrote: {} ({} bytes)", show(v), v.len())
+    };
+    for (k, v) in observed {
+        if !key_writer.contains_key(k.as_slice()) && base.get(k) != Some(v) {
+            return Err(format!(
+                "key {} nobody wrote holds {}",
+                show(k),
+                describe_value(k, Some(v))
+            ));
         }
     }
     for (k, v) in base {
-        if !observed.contains_key(k) && !key_writer.contains_key(k.as_slice()) {
+        if !key_writer.contains_key(k.as_slice()) && !observed.contains_key(k) {
             return Err(format!(
                 "key {} (value {}) vanished though nothing deleted it",
                 show(k),
@@ -329,129 +349,174 @@ pub fn check_recovered(
         }
     }
 
-    // The latest moment any visible batch started: acknowledged batches that
-    // finished before it must be there, even without fsync.
-    let mut latest_visible_start = 0;
+    // Per writer, every choice that explains what is there.
+    let mut options: Vec<Vec<Choice>> = Vec::with_capacity(writers.len());
     for (w, h) in writers.iter().enumerate() {
-        for (i, b) in h.batches.iter().enumerate() {
-            if visible[w][i] {
-                latest_visible_start = latest_visible_start.max(b.start);
-            }
-        }
-    }
-
-    // Per writer: the horizon, the last batch that must be (or is) applied.
-    let mut horizon: Vec<Option<usize>> = Vec::with_capacity(writers.len());
-    for (w, h) in writers.iter().enumerate() {
-        let mut hz = visible[w].iter().rposition(|&v| v);
-        for (i, b) in h.batches.iter().enumerate() {
-            let must = b.status == Status::Acked
-                && (acked_durable || (b.finish != 0 && b.finish < latest_visible_start));
-            if must && hz.is_none_or(|x| x < i) {
-                hz = Some(i);
-            }
-        }
-        horizon.push(hz);
-    }
-
-    // Per key: the value must be that of an allowed writer.
-    let mut keys: Vec<(&[u8], usize)> = key_writer.iter().map(|(k, w)| (*k, *w)).collect();
-    keys.sort();
-    for (k, w) in keys {
-        let h = &writers[w];
-        let got = observed.get(k);
-        // Candidates: the base state (position None), then each writer.
-        let writes: Vec<(usize, &Option<Vec<u8>>)> = h
-            .batches
-            .iter()
-            .enumerate()
-            .filter_map(|(i, b)| b.ops.get(k).map(|e| (i, e)))
-            .collect();
-        let Some(hz) = horizon[w] else {
-            // Nothing of this writer may be visible, and nothing is required.
-            if got != base.get(k) {
-                return Err(format!(
-                    "key {}: {:?} but no batch writing it can be there (expected the old {:?})",
-                    show(k),
-                    got.map(|v| show(v)),
-                    base.get(k).map(|v| show(v))
-                ));
-            }
-            continue;
+        let keys: Vec<&[u8]> = {
+            let mut ks: Vec<&[u8]> = key_writer
+                .iter()
+                .filter(|(_, &x)| x == w)
+                .map(|(k, _)| *k)
+                .collect();
+            ks.sort();
+            ks
         };
-        // The lowest position allowed: the last acknowledged write at or
-        // before the horizon, and any visible batch writing this key.
-        let mut floor: Option<usize> = None;
-        for &(i, _) in &writes {
-            let b = &h.batches[i];
-            if i <= hz && (b.status == Status::Acked || visible[w][i]) {
-                floor = Some(i);
-            }
+        let restrict = |m: &Model| -> Model {
+            keys.iter()
+                .filter_map(|k| m.get(*k).map(|v| (k.to_vec(), v.clone())))
+                .collect()
+        };
+        let want = restrict(observed);
+        let acked: Vec<usize> = (0..h.batches.len())
+            .filter(|&i| h.batches[i].status == Status::Acked)
+            .collect();
+        let mut prefixes: Vec<Option<usize>> = vec![None];
+        prefixes.extend(acked.iter().map(|&i| Some(i)));
+        if acked_durable {
+            prefixes = vec![acked.last().copied()];
         }
-        let allowed: Vec<Option<&Vec<u8>>> = {
-            let mut a = Vec::new();
-            if floor.is_none() {
-                a.push(base.get(k));
+        let mut found = Vec::new();
+        for &last in &prefixes {
+            let mut state = restrict(base);
+            for &i in acked.iter().filter(|&&i| Some(i) <= last) {
+                apply_batch(&mut state, &h.batches[i]);
             }
-            for &(i, e) in &writes {
-                if i <= hz
-                    && floor.is_none_or(|f| i >= f)
-                    && h.batches[i].status != Status::NoEffect
-                {
-                    a.push(e.as_ref());
+            if state == want {
+                found.push(Choice {
+                    last_acked: last,
+                    extra: None,
+                });
+            }
+            let from = last.map_or(0, |l| l + 1);
+            for x in from..h.batches.len() {
+                let b = &h.batches[x];
+                if b.status == Status::Acked {
+                    break;
+                }
+                if b.ops.is_empty() || b.status == Status::NoEffect {
+                    continue;
+                }
+                let mut s = state.clone();
+                apply_batch(&mut s, b);
+                if s == want {
+                    found.push(Choice {
+                        last_acked: last,
+                        extra: Some(x),
+                    });
                 }
             }
-            a
-        };
-        if !allowed.contains(&got) {
-            let describe = |i: usize| {
-                let b = &h.batches[i];
-                format!(
-                    "batch {} #{i} {:?}{} writes {:?}",
-                    b.id,
-                    b.status,
-                    if visible[w][i] { " (visible)" } else { "" },
-                    b.ops[k].as_ref().map(|v| show(v))
-                )
-            };
-            let hist: Vec<String> = writes.iter().map(|&(i, _)| describe(i)).collect();
+        }
+        if found.is_empty() {
+            // Explain against the state with every acknowledged batch.
+            let mut expected = restrict(base);
+            for &i in &acked {
+                apply_batch(&mut expected, &h.batches[i]);
+            }
+            let mut diffs = Vec::new();
+            for k in &keys {
+                let (got, exp) = (want.get(*k), expected.get(*k));
+                if got != exp {
+                    diffs.push(format!(
+                        "key {}: found {}; with every acknowledged batch it would be {}",
+                        show(k),
+                        describe_value(k, got),
+                        describe_value(k, exp)
+                    ));
+                }
+            }
+            let statuses: Vec<String> = h
+                .batches
+                .iter()
+                .enumerate()
+                .filter(|(_, b)| b.status != Status::Acked)
+                .map(|(i, b)| format!("#{i} {:?}", b.status))
+                .collect();
             return Err(format!(
-                "key {} of writer {w}: found {:?}; allowed {:?} (horizon #{hz}); \
-                 base {:?}; its writes: {hist:#?}",
-                show(k),
-                got.map(|v| show(v)),
-                allowed
-                    .iter()
-                    .map(|v| v.map(|v| show(v)))
-                    .collect::<Vec<_>>(),
-                base.get(k).map(|v| show(v)),
+                "writer {w}: no prefix of its acknowledged batches{} (plus at most one \
+                 unacknowledged batch) gives what the store holds; {} batches, the \
+                 unacknowledged ones: {statuses:?}; differences: {diffs:#?}",
+                if acked_durable {
+                    " that keeps all of them"
+                } else {
+                    ""
+                },
+                h.batches.len()
             ));
+        }
+        options.push(found);
+    }
+
+    // Across writers (only restrictive without fsync): if a batch is there,
+    // every batch acknowledged before it started is there too. Take the
+    // least choice per writer, raising it while a requirement is unmet.
+    let mut pick: Vec<usize> = vec![0; writers.len()];
+    let present = |w: usize, c: &Choice| -> Vec<usize> {
+        let h = &writers[w];
+        let mut v: Vec<usize> = (0..h.batches.len())
+            .filter(|&i| h.batches[i].status == Status::Acked && Some(i) <= c.last_acked)
+            .collect();
+        v.extend(c.extra);
+        v
+    };
+    loop {
+        let mut changed = false;
+        for a in 0..writers.len() {
+            let latest_start = present(a, &options[a][pick[a]])
+                .iter()
+                .map(|&i| writers[a].batches[i].start)
+                .max()
+                .unwrap_or(0);
+            for b in 0..writers.len() {
+                if b == a {
+                    continue;
+                }
+                let need = writers[b].batches.iter().enumerate().rev().find(|(_, x)| {
+                    x.status == Status::Acked && x.finish != 0 && x.finish < latest_start
+                });
+                let Some((need, _)) = need else { continue };
+                if options[b][pick[b]].last_acked >= Some(need) {
+                    continue;
+                }
+                match options[b].iter().position(|c| c.last_acked >= Some(need)) {
+                    Some(p) => {
+                        pick[b] = p;
+                        changed = true;
+                    }
+                    None => {
+                        return Err(format!(
+                            "writer {b}'s batch #{need} was acknowledged before a batch of \
+                             writer {a} started, yet only the later one survived the crash"
+                        ))
+                    }
+                }
+            }
+        }
+        if !changed {
+            break;
         }
     }
 
-    // A failed batch may come back after a crash only if nothing
-    // acknowledged after it is there.
+    // A failed batch that came back: nothing acknowledged after it may be there.
     for (w, h) in writers.iter().enumerate() {
-        for (i, f) in h.batches.iter().enumerate() {
-            if f.status != Status::Failed || !visible[w][i] {
+        let Some(x) = options[w][pick[w]].extra else {
+            continue;
+        };
+        let f = &h.batches[x];
+        if f.status != Status::Failed {
+            continue;
+        }
+        for (w2, h2) in writers.iter().enumerate() {
+            if w2 == w {
                 continue;
             }
-            for (w2, h2) in writers.iter().enumerate() {
-                for (j, g) in h2.batches.iter().enumerate() {
-                    let after = if w2 == w {
-                        j > i
-                    } else {
-                        f.finish != 0 && g.start > f.finish
-                    };
-                    let present = visible[w2][j]
-                        || (g.status == Status::Acked && horizon[w2].is_some_and(|hz| j <= hz));
-                    if after && g.status == Status::Acked && present {
-                        return Err(format!(
-                            "batch {} failed (the write returned an error) yet is present after \
-                             the crash, behind batch {} that was acknowledged after it",
-                            f.id, g.id
-                        ));
-                    }
+            for &j in &present(w2, &options[w2][pick[w2]]) {
+                let g = &h2.batches[j];
+                if g.status == Status::Acked && f.finish != 0 && g.start > f.finish {
+                    return Err(format!(
+                        "batch {} failed (its write returned an error) yet is there after the \
+                         crash, though batch {} of writer {w2}, acknowledged after it, is too",
+                        f.id, g.id
+                    ));
                 }
             }
         }

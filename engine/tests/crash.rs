@@ -1,0 +1,837 @@
+//! Crash simulation: a store on `SimStorage` runs a random workload (batches
+//! of puts and deletes, some conditional, sometimes from several threads at
+//! once so group commit merges them, explicit checkpoints, injected EIO and
+//! ENOSPC), then the simulated machine loses power at a random moment:
+//! un-synced writes are dropped, reordered or torn. The store reopened on
+//! what the "rebooted" disk holds must hold every acknowledged batch, no
+//! batch in part, nothing that was never written; `check()` must be clean;
+//! and it must take new writes and survive the next crash.
+//!
+//! Every value carries the id of the batch that wrote it, so what survived
+//! can be traced to batches (see `common::check_recovered`).
+//!
+//! `KIVI_TEST_CASES` sets the number of cases of each test, `KIVI_TEST_SEED`
+//! runs one seed. Cases are deterministic given their seed except for thread
+//! scheduling (the background checkpointer, multi-threaded writers) and the
+//! prefix a failed append leaves behind (the simulator draws it from the
+//! thread RNG).
+
+mod common;
+
+use common::{
+    assert_healthy, batch_value, check_recovered, dump, mix, run_seeds, seeds, BatchRec, Model,
+    Status, WriterHistory,
+};
+use kivi::storage::{Fault, SimOp, SimStorage, Storage};
+use kivi::{Db, Durability, Error, Options, WriteBatch, WriteOutcome};
+use kivi_storage::{IoError, SegmentId, SegmentReader, SegmentWriter};
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const MAX_WRITERS: usize = 4;
+
+/// What a batch does, one operation per key.
+type Effects = BTreeMap<Vec<u8>, Option<Vec<u8>>>;
+
+/// What the cases exercised, printed at the end of each test (visible with
+/// `--nocapture`), to see that the interesting paths are reached.
+#[derive(Default)]
+struct Tally {
+    cases: AtomicU64,
+    crashes: AtomicU64,
+    acked: AtomicU64,
+    no_effect: AtomicU64,
+    failed: AtomicU64,
+    in_doubt: AtomicU64,
+    failed_present: AtomicU64,
+    in_doubt_present: AtomicU64,
+    healed: AtomicU64,
+    torn_tails: AtomicU64,
+    checkpoints: AtomicU64,
+    max_segments: AtomicU64,
+    failed_opens: AtomicU64,
+    /// Batches committed and the group commits that carried them.
+    batches: AtomicU64,
+    groups: AtomicU64,
+}
+
+impl Tally {
+    fn add(c: &AtomicU64, n: u64) {
+        c.fetch_add(n, Ordering::Relaxed);
+    }
+
+    fn before_crash(&self, db: &Db) {
+        if let Ok(s) = db.stats() {
+            Tally::add(&self.checkpoints, s.checkpoints);
+            Tally::add(&self.batches, s.batches);
+            Tally::add(&self.groups, s.group_commits);
+        }
+    }
+
+    fn print(&self, test: &str) {
+        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        println!(
+            "{test}: {} cases, {} crashes; batches: {} acked, {} condition failed, {} failed, \
+             {} in doubt; after crashes {} failed and {} in-doubt batches were present; \
+             {} heals; {} torn tails cut; {} checkpoints; up to {} segments; {} batches in {} \
+             group commits; {} opens failed on a fault",
+            g(&self.cases),
+            g(&self.crashes),
+            g(&self.acked),
+            g(&self.no_effect),
+            g(&self.failed),
+            g(&self.in_doubt),
+            g(&self.failed_present),
+            g(&self.in_doubt_present),
+            g(&self.healed),
+            g(&self.torn_tails),
+            g(&self.checkpoints),
+            g(&self.max_segments),
+            g(&self.batches),
+            g(&self.groups),
+            g(&self.failed_opens),
+        );
+    }
+}
+const KEYS_PER_WRITER: usize = 24;
+
+fn writer_key(w: usize, i: usize) -> Vec<u8> {
+    if i == KEYS_PER_WRITER - 1 {
+        // One long key per writer, so pages hold few entries.
+        let mut k = format!("w{w}/").into_bytes();
+        k.resize(700, b'x');
+        k
+    } else {
+        format!("w{w}/{i:02}").into_bytes()
+    }
+}
+
+/// Shared between the writers of a round and the thread that crashes it.
+struct Shared {
+    clock: AtomicU64,
+    crashed: AtomicBool,
+    /// Faults are armed: errors are allowed.
+    faults: bool,
+    /// Every armed fault is ENOSPC: every error must say the disk is full.
+    only_full: bool,
+}
+
+impl Shared {
+    fn tick(&self) -> u64 {
+        self.clock.fetch_add(1, Ordering::SeqCst) + 1
+    }
+}
+
+/// One writer: owns its keys, knows their values in the running process
+/// (acknowledged batches applied, failed ones not) and records its history.
+struct Writer {
+    w: usize,
+    rng: StdRng,
+    state: Model,
+    history: WriterHistory,
+    next_id: u64,
+    errors: Vec<String>,
+}
+
+impl Writer {
+    fn new(w: usize, round: usize, seed: u64, base: &Model) -> Writer {
+        let state = (0..KEYS_PER_WRITER)
+            .filter_map(|i| {
+                let k = writer_key(w, i);
+                base.get(&k).map(|v| (k, v.clone()))
+            })
+            .collect();
+        Writer {
+            w,
+            rng: StdRng::seed_from_u64(mix(seed ^ ((round as u64) << 32) ^ ((w as u64) << 48))),
+            state,
+            history: WriterHistory::default(),
+            // Ids unique across writers and rounds.
+            next_id: ((round as u64 + 1) << 40) | ((w as u64) << 32),
+            errors: Vec::new(),
+        }
+    }
+
+    fn key(&mut self) -> Vec<u8> {
+        let i = self.rng.random_range(0..KEYS_PER_WRITER);
+        writer_key(self.w, i)
+    }
+
+    /// Builds a batch and what it must do: `(batch, outcome, effects)`.
+    fn build(&mut self, id: u64) -> (WriteBatch, WriteOutcome, Effects) {
+        let mut b = WriteBatch::new();
+        let mut view = self.state.clone();
+        let mut effects = BTreeMap::new();
+        let mut failed = None;
+        let n = self.rng.random_range(1..=6);
+        let conditional = self.rng.random_bool(0.25);
+        for i in 0..n {
+            let k = self.key();
+            let v = batch_value(id, &k);
+            let cond = conditional && (i == n - 1 || self.rng.random_bool(0.3));
+            let ok = if !cond {
+                if self.rng.random_bool(0.8) {
+                    b.put(k.clone(), v.clone()).unwrap();
+                    view.insert(k.clone(), v.clone());
+                    effects.insert(k, Some(v));
+                } else {
+                    b.delete(k.clone()).unwrap();
+                    view.remove(&k);
+                    effects.insert(k, None);
+                }
+                true
+            } else {
+                let current = view.get(&k).cloned();
+                let wrong = self.rng.random_bool(0.25);
+                let exp = match (&current, wrong) {
+                    (Some(c), false) => c.clone(),
+                    _ => b"no such value".to_vec(),
+                };
+                let (ok, delete) = match self.rng.random_range(0..4) {
+                    0 => {
+                        b.insert_if_absent(k.clone(), v.clone()).unwrap();
+                        (current.is_none(), false)
+                    }
+                    1 => {
+                        b.update_if_present(k.clone(), v.clone()).unwrap();
+                        (current.is_some(), false)
+                    }
+                    2 => {
+                        b.compare_and_swap(k.clone(), exp.clone(), v.clone())
+                            .unwrap();
+                        (current.as_ref() == Some(&exp), false)
+                    }
+                    _ => {
+                        b.compare_and_delete(k.clone(), exp.clone()).unwrap();
+                        (current.as_ref() == Some(&exp), true)
+                    }
+                };
+                if ok && delete {
+                    view.remove(&k);
+                    effects.insert(k, None);
+                } else if ok {
+                    view.insert(k.clone(), v.clone());
+                    effects.insert(k, Some(v));
+                }
+                ok
+            };
+            if !ok && failed.is_none() {
+                failed = Some(i);
+            }
+        }
+        match failed {
+            Some(op) => (b, WriteOutcome::ConditionFailed { op }, BTreeMap::new()),
+            None => (b, WriteOutcome::Applied, effects),
+        }
+    }
+
+    /// Runs one batch. Returns false once the machine has crashed.
+    fn step(&mut self, db: &Db, shared: &Shared) -> bool {
+        if self.rng.random_bool(0.03) {
+            let r = db.checkpoint();
+            if let Err(e) = r {
+                if !shared.crashed.load(Ordering::SeqCst) {
+                    assert!(shared.faults, "checkpoint failed with no fault armed: {e}");
+                    self.check_error(&e, shared);
+                }
+            }
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        let (batch, outcome, effects) = self.build(id);
+        let start = shared.tick();
+        let r = db.write(batch);
+        let finish = shared.tick();
+        let status = match r {
+            Ok(got) => {
+                assert_eq!(
+                    got, outcome,
+                    "writer {}: batch {id} decided differently than its writer's view says",
+                    self.w
+                );
+                if outcome == WriteOutcome::Applied {
+                    for (k, v) in &effects {
+                        match v {
+                            Some(v) => self.state.insert(k.clone(), v.clone()),
+                            None => self.state.remove(k),
+                        };
+                    }
+                    Status::Acked
+                } else {
+                    Status::NoEffect
+                }
+            }
+            Err(_) if shared.crashed.load(Ordering::SeqCst) => Status::InDoubt,
+            Err(e) => {
+                assert!(shared.faults, "write failed with no fault armed: {e}");
+                self.check_error(&e, shared);
+                self.errors.push(e.to_string());
+                Status::Failed
+            }
+        };
+        self.history.batches.push(BatchRec {
+            id,
+            ops: effects,
+            status,
+            start,
+            finish,
+        });
+        status != Status::InDoubt
+    }
+
+    fn check_error(&self, e: &Error, shared: &Shared) {
+        assert!(
+            matches!(e, Error::Io(_)),
+            "an injected I/O fault must surface as Error::Io, got: {e:?}"
+        );
+        if shared.only_full {
+            assert!(e.is_full(), "ENOSPC must give is_full(): {e}");
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Plan {
+    None,
+    Inject {
+        op: Option<SimOp>,
+        skip: u64,
+        fault: Fault,
+        sticky: bool,
+    },
+    Quota {
+        extra: u64,
+    },
+}
+
+impl Plan {
+    fn random(rng: &mut StdRng) -> Plan {
+        let fault = if rng.random_bool(0.3) {
+            Fault::NoSpace
+        } else {
+            Fault::Io
+        };
+        let sticky = rng.random_bool(0.3);
+        let (op, skip) = match rng.random_range(0..10) {
+            0..=3 => return Plan::None,
+            4 => (Some(SimOp::Sync), rng.random_range(0..40)),
+            5 => (Some(SimOp::Append), rng.random_range(0..60)),
+            6 => (Some(SimOp::Create), rng.random_range(0..4)),
+            7 => (Some(SimOp::Read), rng.random_range(0..200)),
+            8 => {
+                return Plan::Quota {
+                    extra: rng.random_range(0..200_000),
+                }
+            }
+            _ => (
+                [None, Some(SimOp::Delete), Some(SimOp::Sync)][rng.random_range(0..3)],
+                rng.random_range(0..150),
+            ),
+        };
+        Plan::Inject {
+            op,
+            skip,
+            fault,
+            sticky,
+        }
+    }
+
+    fn arm(&self, sim: &SimStorage) {
+        match *self {
+            Plan::None => {}
+            Plan::Inject {
+                op,
+                skip,
+                fault,
+                sticky,
+            } => sim.inject(op, skip, fault, sticky),
+            Plan::Quota { extra } => sim.set_quota(Some(sim.total_bytes() + extra)),
+        }
+    }
+
+    fn only_full(&self) -> bool {
+        matches!(
+            self,
+            Plan::Quota { .. }
+                | Plan::Inject {
+                    fault: Fault::NoSpace,
+                    ..
+                }
+        )
+    }
+}
+
+#[derive(Debug, Clone)]
+struct CaseConfig {
+    durability: Durability,
+    /// Writer threads per round: a range drawn from per round.
+    max_writers: usize,
+    faults: bool,
+    rounds: std::ops::RangeInclusive<usize>,
+    batches: std::ops::Range<usize>,
+}
+
+fn opts(rng: &mut StdRng, durability: Durability) -> Options {
+    Options {
+        page_size: [256, 512, 1024, 4096][rng.random_range(0..4)],
+        cache_bytes: 64 << 10,
+        checkpoint_bytes: 64 << 10,
+        segment_bytes: 64 << 10,
+        durability,
+        ..Default::default()
+    }
+}
+
+fn open(sim: &SimStorage, opts: &Options) -> kivi::Result<Db> {
+    Db::open_with_storage(Arc::new(sim.clone()), opts.clone())
+}
+
+/// The simulator with fdatasync taking real time, as on a disk, so that
+/// concurrent writers queue up behind a sync and group commit merges them.
+#[derive(Debug)]
+struct SlowSync {
+    sim: SimStorage,
+    delay: Duration,
+}
+
+struct SlowWriter {
+    inner: Box<dyn SegmentWriter>,
+    delay: Duration,
+}
+
+impl SegmentWriter for SlowWriter {
+    fn append(&mut self, bytes: &[u8]) -> Result<(), IoError> {
+        self.inner.append(bytes)
+    }
+    fn sync(&mut self) -> Result<(), IoError> {
+        std::thread::sleep(self.delay);
+        self.inner.sync()
+    }
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+}
+
+impl Storage for SlowSync {
+    fn list_segments(&self) -> Result<Vec<SegmentId>, IoError> {
+        self.sim.list_segments()
+    }
+    fn create_segment(&self, id: SegmentId) -> Result<Box<dyn SegmentWriter>, IoError> {
+        Ok(Box::new(SlowWriter {
+            inner: self.sim.create_segment(id)?,
+            delay: self.delay,
+        }))
+    }
+    fn open_segment(&self, id: SegmentId) -> Result<Arc<dyn SegmentReader>, IoError> {
+        self.sim.open_segment(id)
+    }
+    fn delete_segment(&self, id: SegmentId) -> Result<(), IoError> {
+        self.sim.delete_segment(id)
+    }
+    fn read_meta(&self, name: &str) -> Result<Option<Vec<u8>>, IoError> {
+        self.sim.read_meta(name)
+    }
+    fn write_meta(&self, name: &str, bytes: &[u8]) -> Result<(), IoError> {
+        self.sim.write_meta(name, bytes)
+    }
+    fn segment_name(&self, id: SegmentId) -> String {
+        self.sim.segment_name(id)
+    }
+}
+
+/// Opens the store a crash left, checks it against the history, and
+/// returns it with its contents.
+fn recover_and_verify(
+    sim: &SimStorage,
+    opts: &Options,
+    base: &Model,
+    histories: &[WriterHistory],
+    durable: bool,
+    what: &str,
+    tally: &Tally,
+) -> (Db, Model) {
+    let db = open(sim, opts).unwrap_or_else(|e| panic!("{what}: reopening failed: {e}"));
+    let observed = dump(&db);
+    if let Err(msg) = check_recovered(base, histories, &observed, durable) {
+        panic!("{what}: recovered state is wrong: {msg}");
+    }
+    let report = db.check().expect("check failed to run");
+    assert!(
+        report.is_healthy(),
+        "{what}: check after recovery: {:?}",
+        report.problems
+    );
+    assert_eq!(
+        report.pairs,
+        observed.len() as u64,
+        "{what}: check's pair count"
+    );
+    let stats = db.stats().unwrap();
+    assert_eq!(stats.pairs, observed.len() as u64, "{what}: stats pairs");
+    Tally::add(&tally.torn_tails, u64::from(stats.torn_tail.is_some()));
+    tally.max_segments.fetch_max(
+        stats.commit_segments + stats.page_segments,
+        Ordering::Relaxed,
+    );
+    for h in histories {
+        for b in &h.batches {
+            let c = match b.status {
+                Status::Acked => &tally.acked,
+                Status::NoEffect => &tally.no_effect,
+                Status::Failed => &tally.failed,
+                Status::InDoubt => &tally.in_doubt,
+            };
+            Tally::add(c, 1);
+            let present = b
+                .ops
+                .iter()
+                .any(|(k, v)| v.is_some() && observed.get(k) == v.as_ref());
+            if present && b.status == Status::Failed {
+                Tally::add(&tally.failed_present, 1);
+            }
+            if present && b.status == Status::InDoubt {
+                Tally::add(&tally.in_doubt_present, 1);
+            }
+        }
+    }
+    (db, observed)
+}
+
+/// Opens the crashed store while a fault is armed: opening must fail with
+/// an I/O error (never report corruption, never panic) or succeed with the
+/// right contents.
+#[allow(clippy::too_many_arguments)]
+fn open_with_fault(
+    rng: &mut StdRng,
+    sim: &SimStorage,
+    opts: &Options,
+    base: &Model,
+    histories: &[WriterHistory],
+    durable: bool,
+    what: &str,
+    tally: &Tally,
+) {
+    let ops = [
+        None,
+        Some(SimOp::List),
+        Some(SimOp::Open),
+        Some(SimOp::Read),
+        Some(SimOp::ReadMeta),
+        Some(SimOp::Delete),
+        Some(SimOp::Create),
+        Some(SimOp::Append),
+        Some(SimOp::Sync),
+    ];
+    let op = ops[rng.random_range(0..ops.len())];
+    let skip = rng.random_range(0..40);
+    let fault = if rng.random_bool(0.5) {
+        Fault::Io
+    } else {
+        Fault::NoSpace
+    };
+    let sticky = rng.random_bool(0.5);
+    sim.inject(op, skip, fault, sticky);
+    let what = format!("{what}: open with {op:?} fault after {skip} calls (sticky {sticky})");
+    match open(sim, opts) {
+        Err(e) => {
+            Tally::add(&tally.failed_opens, 1);
+            assert!(
+                matches!(e, Error::Io(_)),
+                "{what}: an injected I/O fault must fail the open with Error::Io, got: {e:?}"
+            );
+            sim.heal();
+        }
+        Ok(db) => {
+            sim.heal();
+            let observed = dump(&db);
+            if let Err(msg) = check_recovered(base, histories, &observed, durable) {
+                panic!("{what}: opened despite the fault, with the wrong contents: {msg}");
+            }
+        }
+    }
+}
+
+fn run_case(seed: u64, cfg: &CaseConfig, tally: &Tally) {
+    Tally::add(&tally.cases, 1);
+    let mut rng = StdRng::seed_from_u64(seed);
+    let opts = opts(&mut rng, cfg.durability);
+    let durable = cfg.durability == Durability::Fsync;
+    let mut sim = SimStorage::new();
+    let mut base = Model::new();
+    let mut histories: Vec<WriterHistory> = Vec::new();
+    let rounds = rng.random_range(cfg.rounds.clone());
+    for round in 0..=rounds {
+        let what = format!("seed {seed} round {round}");
+        if round > 0 && cfg.faults && rng.random_bool(0.3) {
+            open_with_fault(
+                &mut rng, &sim, &opts, &base, &histories, durable, &what, tally,
+            );
+        }
+        let (db, observed) =
+            recover_and_verify(&sim, &opts, &base, &histories, durable, &what, tally);
+        base = observed;
+        if round == rounds {
+            // The last recovery must take writes again.
+            db.put(b"after/last", b"crash")
+                .expect("write after recovery");
+            assert_eq!(
+                db.get(b"after/last").unwrap().as_deref(),
+                Some(&b"crash"[..])
+            );
+            assert_healthy(
+                &db,
+                base.len() + usize::from(!base.contains_key(&b"after/last"[..])),
+            );
+            break;
+        }
+
+        let plan = if cfg.faults {
+            Plan::random(&mut rng)
+        } else {
+            Plan::None
+        };
+        let shared = Arc::new(Shared {
+            clock: AtomicU64::new(0),
+            crashed: AtomicBool::new(false),
+            faults: !matches!(plan, Plan::None),
+            only_full: plan.only_full(),
+        });
+        let nwriters = rng.random_range(1..=cfg.max_writers);
+        let batches = rng.random_range(cfg.batches.clone());
+        let writers: Vec<Writer> = (0..nwriters)
+            .map(|w| Writer::new(w, round, seed, &base))
+            .collect();
+        let context = format!("{what} plan {plan:?} writers {nwriters} batches {batches}");
+        let db = if nwriters > 1 {
+            // Concurrent writers: reopen with syncs that take time.
+            drop(db);
+            let slow = SlowSync {
+                sim: sim.clone(),
+                delay: Duration::from_micros(rng.random_range(20..400)),
+            };
+            Db::open_with_storage(Arc::new(slow), opts.clone())
+                .unwrap_or_else(|e| panic!("{context}: reopening on slow syncs: {e}"))
+        } else {
+            db
+        };
+        plan.arm(&sim);
+
+        let mut writers = if nwriters == 1 {
+            let mut w = writers.into_iter().next().unwrap();
+            for _ in 0..batches {
+                w.step(&db, &shared);
+            }
+            vec![w]
+        } else {
+            // Several threads at once: they meet in group commits. The
+            // crash comes while they run.
+            let handles: Vec<_> = writers
+                .into_iter()
+                .map(|mut w| {
+                    let db = db.clone();
+                    let shared = shared.clone();
+                    std::thread::spawn(move || {
+                        for _ in 0..batches {
+                            if shared.crashed.load(Ordering::SeqCst) || !w.step(&db, &shared) {
+                                break;
+                            }
+                        }
+                        w
+                    })
+                })
+                .collect();
+            let target = rng.random_range(1..=(batches * nwriters * 2) as u64);
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while shared.clock.load(Ordering::SeqCst) < target
+                && !handles.iter().all(|h| h.is_finished())
+                && Instant::now() < deadline
+            {
+                std::thread::yield_now();
+            }
+            tally.before_crash(&db);
+            shared.crashed.store(true, Ordering::SeqCst);
+            let after = sim.crash(&mut rng);
+            Tally::add(&tally.crashes, 1);
+            let writers: Vec<Writer> = handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+                .collect();
+            drop(db);
+            sim = after;
+            histories = writers.into_iter().map(|w| w.history).collect();
+            continue;
+        };
+
+        // Single writer: sometimes the disk is healed before the crash and
+        // the running store must show exactly the acknowledged state, take
+        // new writes, and pass check.
+        if shared.faults && rng.random_bool(0.5) {
+            sim.heal();
+            Tally::add(&tally.healed, 1);
+            let w = &mut writers[0];
+            let mut expected = base.clone();
+            for i in 0..KEYS_PER_WRITER {
+                let k = writer_key(0, i);
+                match w.state.get(&k) {
+                    Some(v) => expected.insert(k, v.clone()),
+                    None => expected.remove(&k),
+                };
+            }
+            let now = dump(&db);
+            assert!(
+                now == expected,
+                "{context}: after heal() the running store differs from the acknowledged \
+                 writes: {}",
+                first_difference(&now, &expected)
+            );
+            let healthy = Shared {
+                clock: AtomicU64::new(shared.clock.load(Ordering::SeqCst)),
+                crashed: AtomicBool::new(false),
+                faults: false,
+                only_full: false,
+            };
+            for _ in 0..rng.random_range(1..6) {
+                w.step(&db, &healthy);
+            }
+            let r = db.check().expect("check failed to run");
+            assert!(
+                r.is_healthy(),
+                "{context}: check after heal: {:?}",
+                r.problems
+            );
+        }
+        tally.before_crash(&db);
+        shared.crashed.store(true, Ordering::SeqCst);
+        let after = sim.crash(&mut rng);
+        Tally::add(&tally.crashes, 1);
+        drop(db);
+        sim = after;
+        histories = writers.into_iter().map(|w| w.history).collect();
+        let _ = &context;
+    }
+}
+
+fn first_difference(a: &Model, b: &Model) -> String {
+    for (k, v) in a {
+        match b.get(k) {
+            None => return format!("{} present, expected absent", common::show(k)),
+            Some(w) if w != v => {
+                return format!(
+                    "{} = {}, expected {}",
+                    common::show(k),
+                    common::show(v),
+                    common::show(w)
+                )
+            }
+            _ => {}
+        }
+    }
+    for k in b.keys() {
+        if !a.contains_key(k) {
+            return format!("{} absent, expected present", common::show(k));
+        }
+    }
+    "none".into()
+}
+
+#[test]
+fn crash_single_writer_with_faults() {
+    let cfg = CaseConfig {
+        durability: Durability::Fsync,
+        max_writers: 1,
+        faults: true,
+        rounds: 1..=3,
+        batches: 5..80,
+    };
+    let tally = Tally::default();
+    run_seeds(
+        "crash_single_writer_with_faults",
+        &seeds(1500, 11),
+        |seed| run_case(seed, &cfg, &tally),
+    );
+    tally.print("crash_single_writer_with_faults");
+}
+
+#[test]
+fn crash_single_writer_no_faults() {
+    let cfg = CaseConfig {
+        durability: Durability::Fsync,
+        max_writers: 1,
+        faults: false,
+        rounds: 1..=3,
+        batches: 1..120,
+    };
+    let tally = Tally::default();
+    run_seeds("crash_single_writer_no_faults", &seeds(600, 12), |seed| {
+        run_case(seed, &cfg, &tally)
+    });
+    tally.print("crash_single_writer_no_faults");
+}
+
+#[test]
+fn crash_concurrent_writers_group_commit() {
+    let cfg = CaseConfig {
+        durability: Durability::Fsync,
+        max_writers: MAX_WRITERS,
+        faults: true,
+        rounds: 1..=3,
+        batches: 5..60,
+    };
+    let tally = Tally::default();
+    run_seeds(
+        "crash_concurrent_writers_group_commit",
+        &seeds(400, 13),
+        |seed| run_case(seed, &cfg, &tally),
+    );
+    tally.print("crash_concurrent_writers_group_commit");
+}
+
+/// Without fsync a crash may lose the latest acknowledged writes, never
+/// older ones, never part of a batch, and the store must open.
+#[test]
+fn crash_no_fsync() {
+    let cfg = CaseConfig {
+        durability: Durability::NoFsync,
+        max_writers: 2,
+        faults: false,
+        rounds: 1..=3,
+        batches: 5..80,
+    };
+    let tally = Tally::default();
+    run_seeds("crash_no_fsync", &seeds(400, 14), |seed| {
+        run_case(seed, &cfg, &tally)
+    });
+    tally.print("crash_no_fsync");
+}
+
+/// The smallest no-fsync case: a few single-put commits, then power loss.
+/// What comes back must be a prefix of them, and the store must open.
+#[test]
+fn no_fsync_crash_keeps_a_prefix_of_small_commits() {
+    run_seeds("no_fsync_crash_keeps_a_prefix", &seeds(200, 15), |seed| {
+        let sim = SimStorage::new();
+        let opts = Options {
+            durability: Durability::NoFsync,
+            ..Options::default()
+        };
+        let db = open(&sim, &opts).unwrap();
+        let n = 2 + seed % 3;
+        for i in 0..n {
+            db.put(format!("k{i}").as_bytes(), b"v").unwrap();
+        }
+        let after = sim.crash(&mut StdRng::seed_from_u64(seed));
+        drop(db);
+        let db = open(&after, &opts).unwrap_or_else(|e| {
+            panic!("{n} puts without fsync, then a crash: reopening failed: {e}")
+        });
+        let got: Vec<Vec<u8>> = dump(&db).into_keys().collect();
+        let prefix: Vec<Vec<u8>> = (0..got.len())
+            .map(|i| format!("k{i}").into_bytes())
+            .collect();
+        assert_eq!(got, prefix, "not a prefix of the {n} puts");
+    });
+}
