@@ -56,7 +56,7 @@ fn batch_ops(run: u64, t: u64, n: u64) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
         .map(|_| {
             x = mix(x);
             let key = format!("t{t}/k{:03}", x % KEYS_PER_THREAD).into_bytes();
-            if (x >> 32) % 7 == 0 {
+            if (x >> 32).is_multiple_of(7) {
                 (key, None)
             } else {
                 let v = batch_value(id, &key);
