@@ -9,7 +9,8 @@
 //!
 //! The background thread takes one when the commit log has grown by
 //! `Options::checkpoint_bytes` since the last, when the store has been idle a
-//! second with a sixteenth of that pending, and once more at close.
+//! second with a sixteenth of that pending, and once more at close when the
+//! backlog is worth it (1 MiB, or 8 commit segments to retire).
 
 use crate::db::Inner;
 use crate::error::{Error, Result};
@@ -27,6 +28,11 @@ use std::time::Duration;
 const TICK: Duration = Duration::from_millis(200);
 /// Quiet time after which a smaller backlog is checkpointed.
 const IDLE_MS: u64 = 1000;
+/// A store closing with at least this much commit log since the last
+/// checkpoint takes one more checkpoint.
+const FINAL_CHECKPOINT_MIN_BYTES: u64 = 1 << 20;
+/// ... or with at least this many commit segments to retire.
+const FINAL_CHECKPOINT_MIN_SEGMENTS: usize = 8;
 /// Pause after a failed checkpoint before trying again.
 const RETRY_PAUSE: Duration = Duration::from_secs(1);
 
@@ -121,15 +127,25 @@ fn run(inner: &Inner) -> Result<()> {
             }
         }
     }
-    // A last checkpoint, so that the next open replays nothing.
+    // A last checkpoint, so that the next open has little to replay. Not
+    // for a small backlog, though: each checkpoint starts a page segment, and
+    // a store opened for a single write (`kivi put`) would otherwise gain a
+    // file per run. Replaying a small backlog is quick.
     let v = inner.published.load();
-    let pending = v.log_bytes
-        > inner
-            .counters
-            .checkpointed_log_bytes
-            .load(Ordering::Relaxed);
+    let checkpointed = inner
+        .counters
+        .checkpointed_log_bytes
+        .load(Ordering::Relaxed);
+    let pending = v.log_bytes.saturating_sub(checkpointed);
     drop(v);
-    if pending {
+    let segments = inner
+        .writer
+        .lock()
+        .as_ref()
+        .map_or(0, |w| w.log.segment_count());
+    if pending >= FINAL_CHECKPOINT_MIN_BYTES
+        || (pending > 0 && segments >= FINAL_CHECKPOINT_MIN_SEGMENTS)
+    {
         inner.run_checkpoint()?;
     }
     Ok(())

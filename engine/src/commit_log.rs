@@ -157,6 +157,11 @@ impl CommitLog {
         Ok(())
     }
 
+    /// Commit segments retained.
+    pub fn segment_count(&self) -> usize {
+        self.segments.len()
+    }
+
     /// Syncs the open segment (used before a clean close in no-fsync mode).
     pub fn sync(&mut self) -> Result<(), Error> {
         match &mut self.current {

@@ -6,6 +6,7 @@ use crate::commit_log::CommitLog;
 use crate::error::{Error, Result};
 use crate::identity::{self, IDENTITY};
 use crate::iter::{bound_owned, Iter, Snapshot};
+use crate::limits::MAX_KEY_LEN;
 use crate::options::{Durability, Options};
 use crate::page_log::PageLog;
 use crate::pipeline::{Pipeline, Reply, Request, Ticket, WriteOutcome};
@@ -97,6 +98,21 @@ impl Db {
         opts.validate()?;
         let path = path.as_ref();
         let shown = path.display().to_string();
+        // Refuse a directory that holds something else before touching it
+        // (opening for writing creates the lock file).
+        if let Ok(entries) = std::fs::read_dir(path) {
+            let names: Vec<String> = entries
+                .filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect();
+            let ours = |n: &String| n == "LOCK" || *n == format!("{IDENTITY}.tmp");
+            if !names.iter().any(|n| n == IDENTITY) && names.iter().any(|n| !ours(n)) {
+                return Err(Error::NotAStore {
+                    path: shown,
+                    reason: format!("it holds files but no {IDENTITY} file"),
+                });
+            }
+        }
         let opened = if opts.read_only {
             LocalDir::open_read_only(path)
         } else {
@@ -227,6 +243,12 @@ impl Db {
     /// Reads the value under `key` into `out` (reusing its allocation);
     /// `Ok(false)` when absent.
     pub fn get_into(&self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+        if key.len() > MAX_KEY_LEN {
+            return Err(Error::KeyTooLarge {
+                len: key.len(),
+                max: MAX_KEY_LEN,
+            });
+        }
         let inner = self.inner();
         let v = inner.published.load();
         match &v.root {

@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 
 /// A snapshot of the store's numbers.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct Stats {
     /// Key-value pairs stored.
     pub pairs: u64,
