@@ -83,7 +83,7 @@ fn key(i: u32) -> Vec<u8> {
 }
 
 fn value(i: u32, round: u32) -> Vec<u8> {
-    let len = if i % 29 == 0 {
+    let len = if i.is_multiple_of(29) {
         1100 + (i * 37 + round * 11) as usize % 5000 // out of line
     } else {
         10 + (i * 7 + round) as usize % 150
