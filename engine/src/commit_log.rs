@@ -86,8 +86,9 @@ impl CommitLog {
             if let Some(mut cur) = self.current.take() {
                 if !cur.is_broken() {
                     if let Err(e) = cur.sync() {
-                        cur.abandon_from(cur.valid_end());
-                        self.prev = Some((cur.id(), cur.valid_end()));
+                        // Only what an earlier sync made durable is known good
+                        // (the same as the valid end, unless writes skip fsync).
+                        self.prev = Some((cur.id(), cur.synced_len()));
                         return Err(e);
                     }
                 }
@@ -124,19 +125,24 @@ impl CommitLog {
     /// if `sync`. On failure the records are cut off (never read back) and
     /// the next append starts a new segment.
     /// `checkpoint_seq` is the sequence number a checkpoint record in the
-    /// group covers, if it holds one.
+    /// group covers, if it holds one. `records` gets how much of the segment
+    /// is durable so far, which every record states (see kivi-log's scan).
     pub fn append_group(
         &mut self,
         seq: Option<u64>,
         checkpoint_seq: Option<u64>,
-        records: &mut dyn FnMut(&mut Emit<'_>),
+        records: &mut dyn FnMut(&mut Emit<'_>, u64),
         sync: bool,
     ) -> Result<(), Error> {
         let app = self.ensure_segment(checkpoint_seq)?;
         let start = app.len();
-        records(&mut |ty, body| {
-            app.buffer_record(ty, |out| body(out));
-        });
+        let synced_through = app.synced_len();
+        records(
+            &mut |ty, body| {
+                app.buffer_record(ty, |out| body(out));
+            },
+            synced_through,
+        );
         let result = app
             .flush()
             .and_then(|()| if sync { app.sync() } else { Ok(()) });

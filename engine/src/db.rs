@@ -98,6 +98,12 @@ impl Db {
         opts.validate()?;
         let path = path.as_ref();
         let shown = path.display().to_string();
+        if !opts.create_if_missing && !opts.read_only && !path.exists() {
+            return Err(Error::NotAStore {
+                path: shown,
+                reason: "no such directory".into(),
+            });
+        }
         // Refuse a directory that holds something else before touching it
         // (opening for writing creates the lock file).
         if let Ok(entries) = std::fs::read_dir(path) {
@@ -472,14 +478,14 @@ impl Inner {
         let result = w.log.append_group(
             applied.is_some().then_some(seq),
             checkpoints.iter().map(|c| c.0.seq).max(),
-            &mut |emit| {
+            &mut |emit, synced| {
                 if applied.is_some() {
                     emit(RecordType::Commit, &mut |out| {
-                        CommitRecord::encode(out, seq, op_refs.iter().copied())
+                        CommitRecord::encode(out, synced, seq, op_refs.iter().copied())
                     });
                 }
                 for (c, _) in &checkpoints {
-                    emit(RecordType::Checkpoint, &mut |out| c.encode(out));
+                    emit(RecordType::Checkpoint, &mut |out| c.encode(out, synced));
                 }
             },
             sync,

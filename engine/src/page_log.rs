@@ -44,8 +44,17 @@ impl PageLog {
 
     fn roll(&mut self) -> Result<(), Error> {
         if let Some(mut cur) = self.current.take() {
-            cur.sync()?;
-            self.prev = Some((cur.id(), cur.len()));
+            let synced = cur.sync();
+            // Whatever happens, the next segment must say where this one
+            // validly ends: all of it once synced, else the last durable
+            // checkpoint's end in it.
+            let end = if synced.is_ok() {
+                cur.len()
+            } else {
+                self.durable_end
+            };
+            self.prev = Some((cur.id(), end));
+            synced?;
         }
         let id = self.ids.allocate()?;
         let app = SegmentAppender::create(

@@ -2,11 +2,12 @@
 //!
 //! Writers enqueue a ticket and wait. Whoever finds no leader becomes the
 //! leader: it takes every queued ticket up to a size limit as one group,
-//! commits the group with one append and one fdatasync, answers each ticket,
-//! and hands leadership to the next waiting writer. So concurrent writers
-//! share syncs, and each is answered only after the sync that holds its
-//! batch. The queue is bounded in batches and bytes; writers beyond the bound
-//! wait for room.
+//! commits the group with one append and one fdatasync, answers each ticket
+//! (through a notifier thread, so waking the writers overlaps the next
+//! group's sync), and hands leadership to the next waiting writer. So
+//! concurrent writers share syncs, and each is answered only after the sync
+//! that holds its batch. The queue is bounded in batches and bytes; writers
+//! beyond the bound wait for room.
 
 use crate::batch::WriteBatch;
 use crate::error::Result;
@@ -43,27 +44,76 @@ pub(crate) enum Reply {
     Checkpoint(Vec<SegmentId>),
 }
 
+/// Groups a leader commits for others after its own batch is answered.
+const MAX_EXTRA_GROUPS: u32 = 8;
+
 /// Commits one group and returns one reply per ticket, in order.
 pub(crate) type CommitFn<'a> = dyn Fn(&[Arc<Ticket>]) -> Vec<Result<Reply>> + 'a;
 
 pub(crate) struct Ticket {
     pub request: Request,
     bytes: usize,
-    reply: Mutex<Option<Result<Reply>>>,
-    done: Condvar,
+    state: Mutex<TicketState>,
+    wake: Condvar,
 }
 
 #[derive(Default)]
-struct State {
-    queue: VecDeque<Arc<Ticket>>,
-    queued_bytes: usize,
+struct TicketState {
+    reply: Option<Result<Reply>>,
+    /// Leadership was handed to this ticket's writer.
+    lead: bool,
+}
+
+impl Ticket {
+    /// Answers the ticket and wakes its writer.
+    fn answer(&self, reply: Result<Reply>) {
+        self.state.lock().reply = Some(reply);
+        self.wake.notify_one();
+    }
+
+    fn hand_leadership(&self) {
+        self.state.lock().lead = true;
+        self.wake.notify_one();
+    }
+}
+
+#[derive(Default)]
+struct Queue {
+    tickets: VecDeque<Arc<Ticket>>,
+    bytes: usize,
     leader: bool,
 }
 
-#[derive(Default)]
+/// Answers handed to the notifier thread, so that waking writers (one
+/// system call each) overlaps the leader's next group instead of delaying it.
+type Answers = Vec<(Arc<Ticket>, Result<Reply>)>;
+
 pub(crate) struct Pipeline {
-    state: Mutex<State>,
+    queue: Mutex<Queue>,
     room: Condvar,
+    notifier: Mutex<Option<std::sync::mpsc::Sender<Answers>>>,
+}
+
+impl Default for Pipeline {
+    fn default() -> Self {
+        let (tx, rx) = std::sync::mpsc::channel::<Answers>();
+        std::thread::Builder::new()
+            .name("kivi-notify".into())
+            .spawn(move || {
+                // Ends when the pipeline (and with it the sender) is dropped.
+                for answers in rx {
+                    for (ticket, reply) in answers {
+                        ticket.answer(reply);
+                    }
+                }
+            })
+            .expect("spawn notifier thread");
+        Pipeline {
+            queue: Mutex::default(),
+            room: Condvar::new(),
+            notifier: Mutex::new(Some(tx)),
+        }
+    }
 }
 
 impl Pipeline {
@@ -77,67 +127,90 @@ impl Pipeline {
         let ticket = Arc::new(Ticket {
             request,
             bytes,
-            reply: Mutex::new(None),
-            done: Condvar::new(),
+            state: Mutex::default(),
+            wake: Condvar::new(),
         });
-        let mut st = self.state.lock();
-        while !st.queue.is_empty()
-            && (st.queued_bytes + bytes > MAX_QUEUED_BYTES || st.queue.len() >= MAX_QUEUED_BATCHES)
-        {
-            self.room.wait(&mut st);
-        }
-        st.queue.push_back(ticket.clone());
-        st.queued_bytes += bytes;
-        loop {
-            if let Some(reply) = ticket.reply.lock().take() {
+        let lead_now = {
+            let mut q = self.queue.lock();
+            while !q.tickets.is_empty()
+                && (q.bytes + bytes > MAX_QUEUED_BYTES || q.tickets.len() >= MAX_QUEUED_BATCHES)
+            {
+                self.room.wait(&mut q);
+            }
+            q.tickets.push_back(ticket.clone());
+            q.bytes += bytes;
+            !std::mem::replace(&mut q.leader, true)
+        };
+        if !lead_now {
+            let mut st = ticket.state.lock();
+            while st.reply.is_none() && !st.lead {
+                ticket.wake.wait(&mut st);
+            }
+            if let Some(reply) = st.reply.take() {
                 return reply;
             }
-            if !st.leader {
-                st.leader = true;
-                drop(st);
-                self.lead(&ticket, commit);
-                st = self.state.lock();
-                continue;
+        }
+        self.lead(&ticket, commit)
+    }
+
+    /// Commits groups until `mine` is answered and then, while batches are
+    /// waiting, a few more (handing leadership to a sleeping thread costs a
+    /// wake-up during which the disk would idle); then passes leadership on.
+    fn lead(&self, mine: &Arc<Ticket>, commit: &CommitFn<'_>) -> Result<Reply> {
+        let mut my_reply = None;
+        let mut extra_groups = 0;
+        loop {
+            let group = {
+                let mut q = self.queue.lock();
+                let mut group = Vec::new();
+                let mut bytes = 0;
+                while let Some(t) = q.tickets.front() {
+                    if !group.is_empty() && bytes + t.bytes > MAX_GROUP_BYTES {
+                        break;
+                    }
+                    bytes += t.bytes;
+                    group.push(q.tickets.pop_front().expect("front exists"));
+                }
+                q.bytes -= bytes;
+                self.room.notify_all();
+                group
+            };
+            let replies = commit(&group);
+            assert_eq!(replies.len(), group.len(), "one reply per ticket");
+            let mut answers = Vec::with_capacity(group.len());
+            for (t, r) in group.into_iter().zip(replies) {
+                if Arc::ptr_eq(&t, mine) {
+                    my_reply = Some(r);
+                } else {
+                    answers.push((t, r));
+                }
             }
-            ticket.done.wait(&mut st);
+            self.deliver(answers);
+            if my_reply.is_some() {
+                let mut q = self.queue.lock();
+                if q.tickets.is_empty() || extra_groups == MAX_EXTRA_GROUPS {
+                    match q.tickets.front() {
+                        Some(next) => next.hand_leadership(),
+                        None => q.leader = false,
+                    }
+                    return my_reply.expect("answered");
+                }
+                extra_groups += 1;
+            }
         }
     }
 
-    /// Commits groups until `mine` is answered, then passes leadership on.
-    fn lead(&self, mine: &Arc<Ticket>, commit: &CommitFn<'_>) {
-        loop {
-            let mut st = self.state.lock();
-            let mut group = Vec::new();
-            let mut bytes = 0;
-            while let Some(t) = st.queue.front() {
-                if !group.is_empty() && bytes + t.bytes > MAX_GROUP_BYTES {
-                    break;
-                }
-                bytes += t.bytes;
-                group.push(st.queue.pop_front().expect("front exists"));
-            }
-            st.queued_bytes -= bytes;
-            self.room.notify_all();
-            drop(st);
-
-            let replies = commit(&group);
-            assert_eq!(replies.len(), group.len(), "one reply per ticket");
-            for (t, r) in group.iter().zip(replies) {
-                *t.reply.lock() = Some(r);
-            }
-            let mut st = self.state.lock();
-            for t in &group {
-                if !Arc::ptr_eq(t, mine) {
-                    t.done.notify_one();
-                }
-            }
-            if group.iter().any(|t| Arc::ptr_eq(t, mine)) {
-                st.leader = false;
-                if let Some(next) = st.queue.front() {
-                    next.done.notify_one();
-                }
-                return;
-            }
+    fn deliver(&self, answers: Answers) {
+        if answers.is_empty() {
+            return;
+        }
+        let unsent = match &*self.notifier.lock() {
+            Some(tx) => tx.send(answers).err().map(|e| e.0),
+            None => Some(answers),
+        };
+        // The notifier is gone (only while shutting down): answer here.
+        for (t, r) in unsent.into_iter().flatten() {
+            t.answer(r);
         }
     }
 }

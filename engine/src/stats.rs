@@ -85,8 +85,16 @@ impl Db {
         };
         s.live_bytes = s.checkpoint_tree_bytes + s.redo_bytes;
         for id in inner.storage.list_segments()? {
-            let reader = inner.storage.open_segment(id)?;
-            let len = reader.size()?;
+            // A checkpoint may delete a segment between the listing and here.
+            let gone = |e: &kivi_storage::IoError| e.kind() == std::io::ErrorKind::NotFound;
+            let reader = match inner.storage.open_segment(id) {
+                Err(e) if gone(&e) => continue,
+                r => r?,
+            };
+            let len = match reader.size() {
+                Err(e) if gone(&e) => continue,
+                r => r?,
+            };
             s.file_bytes += len;
             let name = inner.storage.segment_name(id);
             match read_header(reader.as_ref(), id, &name, len, true) {

@@ -1,5 +1,11 @@
 //! Bodies of the two records the commit log holds.
 //!
+//! Both start with `synced_through`: how much of their segment was durable
+//! (synced) when they were written. Recovery uses it to tell a torn tail from
+//! corruption: a damaged record followed by a valid one that says the damaged
+//! bytes were already durable is corruption; otherwise the damage is a torn
+//! tail of writes that had not been synced.
+//!
 //! A *commit record* carries the effective operations of one group commit:
 //! the puts and deletes that the group's batches (conditional writes already
 //! decided) apply, sorted by key with one operation per key, under a sequence
@@ -53,9 +59,26 @@ const OP_DELETE: u8 = 2;
 
 pub struct CommitRecord;
 
+/// The `synced_through` a commit or checkpoint record body starts with;
+/// `None` for other records or a body too short to hold it.
+pub fn synced_claim(ty: crate::RecordType, body: &[u8]) -> Option<u64> {
+    match ty {
+        crate::RecordType::Commit | crate::RecordType::Checkpoint if body.len() >= 8 => {
+            Some(u64::from_le_bytes(body[..8].try_into().expect("8 bytes")))
+        }
+        _ => None,
+    }
+}
+
 impl CommitRecord {
     /// Encodes a commit body. `ops` must be sorted by key without duplicates.
-    pub fn encode<'a>(out: &mut Vec<u8>, seq: u64, ops: impl ExactSizeIterator<Item = OpRef<'a>>) {
+    pub fn encode<'a>(
+        out: &mut Vec<u8>,
+        synced_through: u64,
+        seq: u64,
+        ops: impl ExactSizeIterator<Item = OpRef<'a>>,
+    ) {
+        out.extend_from_slice(&synced_through.to_le_bytes());
         out.extend_from_slice(&seq.to_le_bytes());
         put_varint(out, ops.len() as u64);
         for op in ops {
@@ -76,6 +99,7 @@ impl CommitRecord {
     /// Decodes a commit body, checking limits and key order.
     pub fn decode(body: &[u8]) -> Result<(u64, Vec<OpRef<'_>>), DecodeError> {
         let mut r = Reader::new(body);
+        let _synced_through = r.u64()?;
         let seq = r.u64()?;
         // Every op takes at least 2 bytes, which bounds the allocation.
         let count = r.len(r.remaining() / 2)?;
@@ -118,7 +142,9 @@ pub struct CheckpointRecord {
 }
 
 impl CheckpointRecord {
-    pub fn encode(&self, out: &mut Vec<u8>) {
+    /// Encodes the body; see the module comment for `synced_through`.
+    pub fn encode(&self, out: &mut Vec<u8>, synced_through: u64) {
+        out.extend_from_slice(&synced_through.to_le_bytes());
         out.extend_from_slice(&self.seq.to_le_bytes());
         match self.root {
             None => out.push(0),
@@ -136,6 +162,7 @@ impl CheckpointRecord {
 
     pub fn decode(body: &[u8]) -> Result<Self, DecodeError> {
         let mut r = Reader::new(body);
+        let _synced_through = r.u64()?;
         let seq = r.u64()?;
         let root = match r.u8()? {
             0 => None,
@@ -187,7 +214,7 @@ mod tests {
             OpRef::Put(b"c", b""),
         ];
         let mut out = Vec::new();
-        CommitRecord::encode(&mut out, 42, ops.iter().copied());
+        CommitRecord::encode(&mut out, 0, 42, ops.iter().copied());
         let (seq, back) = CommitRecord::decode(&out).unwrap();
         assert_eq!(seq, 42);
         assert_eq!(back, ops);
@@ -198,6 +225,7 @@ mod tests {
         let mut out = Vec::new();
         CommitRecord::encode(
             &mut out,
+            0,
             1,
             [OpRef::Delete(b"b"), OpRef::Delete(b"a")].into_iter(),
         );
@@ -224,11 +252,11 @@ mod tests {
             tree_bytes: 5000,
         };
         let mut out = Vec::new();
-        c.encode(&mut out);
+        c.encode(&mut out, 7);
         assert_eq!(CheckpointRecord::decode(&out).unwrap(), c);
         let empty = CheckpointRecord::default();
         out.clear();
-        empty.encode(&mut out);
+        empty.encode(&mut out, 0);
         assert_eq!(CheckpointRecord::decode(&out).unwrap(), empty);
     }
 

@@ -17,7 +17,7 @@ mod segment;
 mod writer;
 
 pub use codec::{DecodeError, Reader};
-pub use commit::{CheckpointRecord, CommitRecord, Op, OpRef};
+pub use commit::{synced_claim, CheckpointRecord, CommitRecord, Op, OpRef};
 pub use record::{
     decode_record_at, encode_record, record_crc, Addr, PageRef, RecordError, RecordType,
     MAX_RECORD_BODY, RECORD_HEADER_LEN,

@@ -4,14 +4,17 @@
 //! A segment that is not the newest of its kind has a known valid end (its
 //! successor's header says where), and every record up to it must be valid.
 //! The newest commit segment ends wherever the last write that reached the
-//! disk ends: the first invalid record there is a torn tail *if nothing valid
-//! follows it*. The commit log never has more than one unsynced append in
-//! flight, so a valid record after an invalid one can only mean that bytes
-//! which were synced have since changed: that is corruption, and is reported.
+//! disk ends: the first invalid record there is a torn tail *unless a valid
+//! record after it says the bad bytes were already durable when it was
+//! written* (its `synced_through`, see commit.rs). Then bytes that were
+//! synced have since changed: that is corruption, and is reported. (With
+//! durable commits only one append is ever un-synced, so any valid record
+//! after a bad one proves this; without fsync, later appends may reach the
+//! disk while an earlier one did not, which is a tail to cut, not damage.)
 
 use crate::record::{decode_record_at, RecordError, RecordType, RECORD_HEADER_LEN};
 use crate::segment::{SegmentHeader, SEGMENT_HEADER_LEN};
-use crate::{Corruption, Error, MAX_RECORD_BODY};
+use crate::{synced_claim, Corruption, Error, MAX_RECORD_BODY};
 use kivi_storage::SegmentReader;
 use std::sync::Arc;
 
@@ -212,11 +215,11 @@ impl SegmentScan {
         if !self.tail_mode {
             return Err(self.corrupt(self.pos, problem.describe()));
         }
-        if let Some(q) = self.find_valid_record_after(self.pos)? {
+        if let Some(q) = self.find_proof_of_sync_after(self.pos)? {
             return Err(self.corrupt(
                 self.pos,
                 format!(
-                    "{}, yet a valid record follows at offset {q}: not a torn tail",
+                    "{}, yet the record at offset {q} says these bytes were synced: not a torn tail",
                     problem.describe()
                 ),
             ));
@@ -226,8 +229,10 @@ impl SegmentScan {
         Ok(None)
     }
 
-    /// Looks for any valid record starting after `bad`, up to the end of the file.
-    fn find_valid_record_after(&self, bad: u64) -> Result<Option<u64>, Error> {
+    /// Looks for a valid record after `bad` that says the bytes at `bad` were
+    /// durable when it was written (a record that makes no claim, a segment
+    /// header or a page, counts as saying everything before it was).
+    fn find_proof_of_sync_after(&self, bad: u64) -> Result<Option<u64>, Error> {
         let mut start = bad + 1;
         let mut chunk = vec![0u8; CHUNK + RECORD_HEADER_LEN];
         while start + RECORD_HEADER_LEN as u64 <= self.file_len {
@@ -247,8 +252,10 @@ impl SegmentScan {
                 }
                 let mut rec = vec![0u8; total as usize];
                 self.reader.read_at(q, &mut rec)?;
-                if decode_record_at(&rec, self.id, q).is_ok() {
-                    return Ok(Some(q));
+                if let Ok((ty, body, _)) = decode_record_at(&rec, self.id, q) {
+                    if synced_claim(ty, body).unwrap_or(q) > bad {
+                        return Ok(Some(q));
+                    }
                 }
             }
             start += (last.min(CHUNK - 1) + 1) as u64;

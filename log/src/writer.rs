@@ -55,6 +55,8 @@ pub struct SegmentAppender {
     written: u64,
     /// End of the last record known to be good (written, or buffered).
     good_end: u64,
+    /// Bytes made durable by the last successful sync.
+    synced: u64,
     buf: Vec<u8>,
     broken: bool,
 }
@@ -87,6 +89,7 @@ impl SegmentAppender {
             writer,
             written: len,
             good_end: len,
+            synced: len,
             buf: Vec::new(),
             broken: false,
         })
@@ -116,6 +119,11 @@ impl SegmentAppender {
     /// End of the last record that was written or buffered without error.
     pub fn valid_end(&self) -> u64 {
         self.good_end
+    }
+
+    /// Bytes of the segment known durable: everything before this offset.
+    pub fn synced_len(&self) -> u64 {
+        self.synced
     }
 
     pub fn buffered(&self) -> usize {
@@ -188,6 +196,7 @@ impl SegmentAppender {
             self.broken = true;
             return Err(e.into());
         }
+        self.synced = self.written;
         Ok(())
     }
 

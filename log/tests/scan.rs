@@ -9,10 +9,9 @@ fn write_records(sim: &SimStorage, n: usize) -> Vec<u64> {
     let mut app = SegmentAppender::create(sim, 1, [1; 16], SegmentKind::Commits, None).unwrap();
     let mut offsets = Vec::new();
     for i in 0..n {
+        let synced = app.synced_len();
         let r = app
-            .append_record(RecordType::Commit, |b| {
-                b.extend_from_slice(format!("record {i}").as_bytes())
-            })
+            .append_record(RecordType::Commit, |b| body(b, synced, i))
             .unwrap();
         app.sync().unwrap();
         offsets.push(u64::from(r.addr.offset));
@@ -20,12 +19,18 @@ fn write_records(sim: &SimStorage, n: usize) -> Vec<u64> {
     offsets
 }
 
+/// A commit-like body: the synced-through claim, then some text.
+fn body(out: &mut Vec<u8>, synced_through: u64, i: usize) {
+    out.extend_from_slice(&synced_through.to_le_bytes());
+    out.extend_from_slice(format!("record {i}").as_bytes());
+}
+
 fn scan_all(sim: &SimStorage, end: ScanEnd) -> Result<(Vec<String>, Option<u64>), kivi_log::Error> {
     let reader = sim.open_segment(1).unwrap();
     let mut scan = scan_segment(reader, 1, "seg1".into(), end)?.expect("header present");
     let mut out = Vec::new();
     while let Some(r) = scan.next_record()? {
-        out.push(String::from_utf8(r.body.to_vec()).unwrap());
+        out.push(String::from_utf8(r.body[8..].to_vec()).unwrap());
     }
     Ok((out, scan.torn_at()))
 }
@@ -96,4 +101,40 @@ fn a_torn_header_means_an_empty_segment_only_at_the_tail() {
         .unwrap()
         .is_none());
     assert!(scan_segment(reader, 1, "s".into(), ScanEnd::Exact(SEGMENT_HEADER_LEN)).is_err());
+}
+
+#[test]
+fn without_fsync_a_lost_write_before_later_ones_is_a_tail() {
+    // Three appends, none synced: the first is damaged (as if it never
+    // reached the disk) while the later two did. Nothing says the damaged
+    // bytes were durable, so they and everything after them are a tail.
+    let sim = SimStorage::new();
+    let mut app = SegmentAppender::create(&sim, 1, [1; 16], SegmentKind::Commits, None).unwrap();
+    let mut offsets = Vec::new();
+    for i in 0..3 {
+        let synced = app.synced_len();
+        let r = app
+            .append_record(RecordType::Commit, |b| body(b, synced, i))
+            .unwrap();
+        offsets.push(u64::from(r.addr.offset));
+    }
+    sim.corrupt(1, offsets[0] as usize + 12, b"X");
+    let (records, torn_at) = scan_all(&sim, ScanEnd::Tail).unwrap();
+    assert!(records.is_empty());
+    assert_eq!(torn_at, Some(offsets[0]));
+    // Once a later record says the first was synced, the same damage is corruption.
+    let sim = SimStorage::new();
+    let mut app = SegmentAppender::create(&sim, 1, [1; 16], SegmentKind::Commits, None).unwrap();
+    let first = app
+        .append_record(RecordType::Commit, |b| body(b, SEGMENT_HEADER_LEN, 0))
+        .unwrap();
+    app.sync().unwrap();
+    let synced = app.synced_len();
+    app.append_record(RecordType::Commit, |b| body(b, synced, 1))
+        .unwrap();
+    sim.corrupt(1, first.addr.offset as usize + 12, b"X");
+    assert!(scan_all(&sim, ScanEnd::Tail)
+        .unwrap_err()
+        .to_string()
+        .contains("not a torn tail"));
 }
