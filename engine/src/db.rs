@@ -11,7 +11,7 @@ use crate::options::{Durability, Options};
 use crate::page_log::PageLog;
 use crate::pipeline::{Pipeline, Reply, Request, Ticket, WriteOutcome};
 use crate::recovery::recover;
-use crate::version::Version;
+use crate::version::{Reclaimer, Version};
 use arc_swap::ArcSwap;
 use kivi_log::{CommitRecord, OpRef, RecordType, SegmentIds};
 use kivi_storage::{LocalDir, Storage};
@@ -54,6 +54,8 @@ pub(crate) struct Inner {
     pub opts: Options,
     pub store_id: [u8; 16],
     pub published: ArcSwap<Version>,
+    /// Frees superseded versions off the commit path.
+    pub reclaimer: Reclaimer,
     pub pipeline: Pipeline,
     /// `None` when read-only.
     pub writer: Mutex<Option<Writer>>,
@@ -217,6 +219,7 @@ impl Db {
             opts,
             store_id,
             published: ArcSwap::from_pointee(version),
+            reclaimer: Reclaimer::default(),
             pipeline: Pipeline::default(),
             writer: Mutex::new(writer),
             checkpointer: Mutex::new(checkpointer),
@@ -528,7 +531,9 @@ impl Inner {
                 next.root = Some(root);
             }
         }
-        self.published.store(Arc::new(next));
+        let old = self.published.swap(Arc::new(next));
+        drop(base);
+        self.reclaimer.dispose(old);
         for (r, t) in replies.iter_mut().zip(group) {
             if let Request::Checkpoint { record, .. } = &t.request {
                 *r = Some(Ok(Reply::Checkpoint(w.log.release_through(record.seq))));
