@@ -38,6 +38,9 @@ const RETRY_PAUSE: Duration = Duration::from_secs(1);
 
 pub(crate) struct Checkpointer {
     pages: PageLog,
+    /// Obsolete commit segments whose deletion failed, oldest first; retried
+    /// before newer ones, so that what remains is always the log's oldest.
+    undeleted: Vec<u64>,
     generation: u64,
     /// Sequence number of the newest durable checkpoint, if any this session.
     last_seq: Option<u64>,
@@ -47,6 +50,7 @@ impl Checkpointer {
     pub fn new(pages: PageLog) -> Self {
         Checkpointer {
             pages,
+            undeleted: Vec::new(),
             generation: 0,
             last_seq: None,
         }
@@ -213,10 +217,15 @@ impl Inner {
         self.pager.set_durable_generation(generation);
         c.pages.checkpoint_durable();
         c.last_seq = Some(rec.seq);
-        for id in obsolete {
+        // Oldest first, stopping at a failure: deleting a newer segment while
+        // an older one stays would leave a gap in the log's chain.
+        c.undeleted.extend(obsolete);
+        while let Some(&id) = c.undeleted.first() {
             if let Err(e) = self.storage.delete_segment(id) {
                 *self.last_error.lock() = Some(format!("deleting an obsolete commit segment: {e}"));
+                break;
             }
+            c.undeleted.remove(0);
         }
         let counters = &self.counters;
         counters.checkpoints.fetch_add(1, Ordering::Relaxed);

@@ -100,8 +100,16 @@ pub(crate) fn recover(
         chain.reverse();
     }
     let in_chain: HashSet<SegmentId> = chain.iter().map(|s| s.id).collect();
+    let chain_start = chain.first().map_or(0, |s| s.id);
     for s in commits.values().filter(|s| !in_chain.contains(&s.id)) {
-        // A segment whose creation failed part-way holds only its header.
+        if s.id < chain_start {
+            // Older than the log's first segment: left over by a cleanup
+            // whose deletions stopped part-way. The log itself (checked below
+            // to begin at its start or at a checkpoint) does not need it.
+            garbage.push(s.id);
+            continue;
+        }
+        // A newer segment whose creation failed part-way holds only its header.
         if s.len != SEGMENT_HEADER_LEN {
             return Err(corrupt(&s.name, 0, "commit segment is not part of the log"));
         }
