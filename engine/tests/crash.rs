@@ -774,7 +774,7 @@ fn crash_single_writer_with_faults() {
     let tally = Tally::default();
     run_seeds(
         "crash_single_writer_with_faults",
-        &seeds(1500, 11),
+        &seeds(3000, 11),
         |seed| run_case(seed, &cfg, &tally),
     );
     tally.print("crash_single_writer_with_faults");
@@ -790,7 +790,7 @@ fn crash_single_writer_no_faults() {
         batches: 1..120,
     };
     let tally = Tally::default();
-    run_seeds("crash_single_writer_no_faults", &seeds(600, 12), |seed| {
+    run_seeds("crash_single_writer_no_faults", &seeds(1000, 12), |seed| {
         run_case(seed, &cfg, &tally)
     });
     tally.print("crash_single_writer_no_faults");
@@ -808,7 +808,7 @@ fn crash_concurrent_writers_group_commit() {
     let tally = Tally::default();
     run_seeds(
         "crash_concurrent_writers_group_commit",
-        &seeds(400, 13),
+        &seeds(600, 13),
         |seed| run_case(seed, &cfg, &tally),
     );
     tally.print("crash_concurrent_writers_group_commit");
@@ -826,7 +826,7 @@ fn crash_no_fsync() {
         batches: 5..80,
     };
     let tally = Tally::default();
-    run_seeds("crash_no_fsync", &seeds(400, 14), |seed| {
+    run_seeds("crash_no_fsync", &seeds(600, 14), |seed| {
         run_case(seed, &cfg, &tally)
     });
     tally.print("crash_no_fsync");
@@ -867,7 +867,7 @@ fn no_fsync_crash_keeps_a_prefix_of_small_commits() {
 /// ones in flight.
 #[test]
 fn concurrent_compare_and_swap_counters_survive_a_crash() {
-    run_seeds("cas_counters", &seeds(60, 16), |seed| {
+    run_seeds("cas_counters", &seeds(100, 16), |seed| {
         let mut rng = StdRng::seed_from_u64(seed);
         let sim = SimStorage::new();
         let slow = SlowSync {

@@ -648,12 +648,12 @@ fn run_model(name: &str, opts: Options, default_cases: u64, salt: u64) {
 
 #[test]
 fn model_default_options() {
-    run_model("model_default_options", Options::default(), 160, 1);
+    run_model("model_default_options", Options::default(), 256, 1);
 }
 
 #[test]
 fn model_small_pages_segments_and_checkpoints() {
-    run_model("model_small_pages", small_opts(), 320, 2);
+    run_model("model_small_pages", small_opts(), 512, 2);
 }
 
 /// Enough writes of large values that segments roll and background
