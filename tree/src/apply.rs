@@ -29,7 +29,7 @@ pub struct TreeConfig {
     /// Most entries a leaf's delta holds before the leaf is consolidated.
     pub delta_max: usize,
     /// Most patched children an internal node carries before consolidation
-    /// (at least half its children).
+    /// (at least as many as it has children).
     pub patch_max: usize,
 }
 
@@ -76,6 +76,17 @@ enum Edit<'a> {
     Tombstone,
     /// Delete a key present only in the delta: drop it from the delta.
     Drop,
+}
+
+impl Change {
+    /// A single piece covers the node's whole range: the parent can take it
+    /// as a plain replacement, without rebuilding itself.
+    fn from_pieces(mut pieces: Vec<Piece>) -> Change {
+        if pieces.len() == 1 {
+            return Change::One(pieces.pop().expect("one piece").node);
+        }
+        Change::Replace(pieces)
+    }
 }
 
 struct Ctx<'a> {
@@ -385,7 +396,7 @@ impl<'a> Ctx<'a> {
         if merged.is_empty() {
             return Change::Replace(Vec::new());
         }
-        Change::Replace(self.build_leaves(&merged, append))
+        Change::from_pieces(self.build_leaves(&merged, append))
     }
 
     /// Builds leaves from live entries in key order.
@@ -460,7 +471,7 @@ impl<'a> Ctx<'a> {
             .iter()
             .all(|(_, c)| matches!(c, Change::One(node) if !self.underfull(node)));
         let patched = patches.as_ref().map_or(0, |p| p.total());
-        if simple && patched + changes.len() <= self.cfg.patch_max.max(n / 2) {
+        if simple && patched + changes.len() <= self.cfg.patch_max.max(n) {
             let fresh: Vec<(u32, ChildRef)> = changes
                 .into_iter()
                 .map(|(i, c)| match c {
@@ -525,7 +536,7 @@ impl<'a> Ctx<'a> {
         if list.is_empty() {
             return Ok(Change::Replace(Vec::new()));
         }
-        Ok(Change::Replace(
+        Ok(Change::from_pieces(
             self.build_internals(list, level, appending),
         ))
     }
