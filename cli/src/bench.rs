@@ -204,15 +204,15 @@ fn full_scan(db: &Db, n: u64) -> Result<Figure> {
     let pb = progress::bar(n, "full scan");
     let meter = Meter::start();
     let mut next = 0u64;
-    for pair in db.iter() {
-        let (key, value) = pair?;
+    let mut scan = db.scan::<&[u8], _>(..);
+    while let Some((key, value)) = scan.next()? {
         if key != kv40::key(next) {
             return Err(CliError::Bench(format!(
                 "scan returned {} where key {next} belongs",
-                hex::encode(&key)
+                hex::encode(key)
             )));
         }
-        check_value(next, Some(&value))?;
+        check_value(next, Some(value))?;
         next += 1;
         if next.is_multiple_of(BATCH) {
             pb.inc(BATCH);

@@ -5,7 +5,7 @@ use crate::checkpointer::{Background, Checkpointer};
 use crate::commit_log::CommitLog;
 use crate::error::{Error, Result};
 use crate::identity::{self, IDENTITY};
-use crate::iter::{bound_owned, Iter, Snapshot};
+use crate::iter::{bound_owned, Iter, Scan, Snapshot};
 use crate::limits::MAX_KEY_LEN;
 use crate::options::{Durability, Options};
 use crate::page_log::PageLog;
@@ -339,6 +339,30 @@ impl Db {
             self.inner().published.load_full(),
             start,
             end,
+        )
+    }
+
+    /// A zero-copy scan of `range` in ascending key order (see [`Scan`]).
+    pub fn scan<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> Scan {
+        let (start, end) = bound_owned(&range);
+        Scan::new(
+            self.inner().clone(),
+            self.inner().published.load_full(),
+            start,
+            end,
+            true,
+        )
+    }
+
+    /// A zero-copy scan of `range` in descending key order.
+    pub fn scan_rev<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> Scan {
+        let (start, end) = bound_owned(&range);
+        Scan::new(
+            self.inner().clone(),
+            self.inner().published.load_full(),
+            start,
+            end,
+            false,
         )
     }
 

@@ -222,3 +222,123 @@ impl DoubleEndedIterator for Iter {
         }
     }
 }
+
+/// A zero-copy scan over a range, in one direction: each step lends the key
+/// and value in place (values over 1 KiB are read into a buffer the scan
+/// reuses). Faster than [`Iter`], which copies every pair it returns.
+///
+/// ```no_run
+/// # let db = kivi::Db::open("d", kivi::Options::default())?;
+/// let mut scan = db.scan(b"a".as_slice()..b"b".as_slice());
+/// while let Some((key, value)) = scan.next()? {
+///     println!("{} bytes under {} bytes of key", value.len(), key.len());
+/// }
+/// # Ok::<(), kivi::Error>(())
+/// ```
+pub struct Scan {
+    inner: Arc<Inner>,
+    start: Bound<Vec<u8>>,
+    end: Bound<Vec<u8>>,
+    cursor: Cursor,
+    forward: bool,
+    started: bool,
+    done: bool,
+    big: Vec<u8>,
+}
+
+impl Scan {
+    pub(crate) fn new(
+        inner: Arc<Inner>,
+        version: Arc<Version>,
+        start: Bound<Vec<u8>>,
+        end: Bound<Vec<u8>>,
+        forward: bool,
+    ) -> Self {
+        let cursor = Cursor::new(version.root.clone());
+        Scan {
+            inner,
+            start,
+            end,
+            cursor,
+            forward,
+            started: false,
+            done: false,
+            big: Vec::new(),
+        }
+    }
+
+    fn position(&mut self) -> Result<()> {
+        let pager = &self.inner.pager;
+        if !self.started {
+            self.started = true;
+            if self.forward {
+                let from = match &self.start {
+                    Bound::Included(s) | Bound::Excluded(s) => Some(s.as_slice()),
+                    Bound::Unbounded => None,
+                };
+                self.cursor.seek_forward(pager, from)?;
+                if let (Bound::Excluded(s), true) = (&self.start, self.cursor.is_valid()) {
+                    if self.cursor.key() == s.as_slice() {
+                        self.cursor.next(pager)?;
+                    }
+                }
+            } else {
+                match &self.end {
+                    Bound::Excluded(e) => self.cursor.seek_backward(pager, Some(e))?,
+                    Bound::Included(e) => {
+                        let mut past = e.clone();
+                        past.push(0);
+                        self.cursor.seek_backward(pager, Some(&past))?;
+                    }
+                    Bound::Unbounded => self.cursor.seek_backward(pager, None)?,
+                }
+            }
+        } else if self.forward {
+            self.cursor.next(pager)?;
+        } else {
+            self.cursor.prev(pager)?;
+        }
+        Ok(())
+    }
+
+    fn in_range(&self, key: &[u8]) -> bool {
+        if self.forward {
+            match &self.end {
+                Bound::Included(e) => key <= e.as_slice(),
+                Bound::Excluded(e) => key < e.as_slice(),
+                Bound::Unbounded => true,
+            }
+        } else {
+            match &self.start {
+                Bound::Included(s) => key >= s.as_slice(),
+                Bound::Excluded(s) => key > s.as_slice(),
+                Bound::Unbounded => true,
+            }
+        }
+    }
+
+    /// The next pair, or `None` at the end of the range. A damaged page ends
+    /// the scan with an error.
+    #[allow(clippy::should_implement_trait)] // lends borrowed pairs, which `Iterator` cannot
+    pub fn next(&mut self) -> Result<Option<(&[u8], &[u8])>> {
+        if self.done {
+            return Ok(None);
+        }
+        if let Err(e) = self.position() {
+            self.done = true;
+            return Err(e);
+        }
+        if !self.cursor.is_valid() || !self.in_range(self.cursor.key()) {
+            self.done = true;
+            return Ok(None);
+        }
+        let value = match self.cursor.value() {
+            ValueRef::Inline(v) => v,
+            ValueRef::Big(b) => {
+                self.big = self.inner.pager.read_big(b)?;
+                &self.big
+            }
+        };
+        Ok(Some((self.cursor.key(), value)))
+    }
+}

@@ -35,7 +35,7 @@ pub use batch::WriteBatch;
 pub use check::CheckReport;
 pub use db::Db;
 pub use error::{Error, Result};
-pub use iter::{Iter, Snapshot};
+pub use iter::{Iter, Scan, Snapshot};
 pub use options::{Durability, Options};
 pub use pipeline::WriteOutcome;
 pub use stats::Stats;

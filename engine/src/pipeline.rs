@@ -186,15 +186,16 @@ impl Pipeline {
                 }
             }
             self.deliver(answers);
-            if my_reply.is_some() {
+            if let Some(reply) = my_reply.take() {
                 let mut q = self.queue.lock();
                 if q.tickets.is_empty() || extra_groups == MAX_EXTRA_GROUPS {
                     match q.tickets.front() {
                         Some(next) => next.hand_leadership(),
                         None => q.leader = false,
                     }
-                    return my_reply.expect("answered");
+                    return reply;
                 }
+                my_reply = Some(reply);
                 extra_groups += 1;
             }
         }

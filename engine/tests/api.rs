@@ -174,3 +174,63 @@ fn check_passes_on_a_healthy_store() {
     assert_eq!(r.pairs, db.stats().unwrap().pairs);
     assert!(r.pages > 10);
 }
+
+#[test]
+fn zero_copy_scans_match_the_copying_iterator() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = open(tmp.path());
+    let mut b = WriteBatch::new();
+    for i in 0..3000u32 {
+        let value = if i % 500 == 0 {
+            vec![i as u8; 3000]
+        } else {
+            i.to_string().into_bytes()
+        };
+        b.put(format!("k{i:05}").into_bytes(), value).unwrap();
+    }
+    db.write(b).unwrap();
+    db.checkpoint().unwrap();
+    for (start, end) in [
+        (b"k00000".as_slice(), b"k03000".as_slice()),
+        (b"k00499", b"k01501"),
+        (b"k02999", b"k02999"),
+    ] {
+        let want: Vec<(Vec<u8>, Vec<u8>)> = db.range(start..end).map(|p| p.unwrap()).collect();
+        let mut got = Vec::new();
+        let mut scan = db.scan(start..end);
+        while let Some((k, v)) = scan.next().unwrap() {
+            got.push((k.to_vec(), v.to_vec()));
+        }
+        assert_eq!(got, want, "forward {start:?}..{end:?}");
+        let mut back = Vec::new();
+        let mut scan = db.scan_rev(start..end);
+        while let Some((k, v)) = scan.next().unwrap() {
+            back.push((k.to_vec(), v.to_vec()));
+        }
+        back.reverse();
+        assert_eq!(back, want, "backward {start:?}..{end:?}");
+    }
+    // Inclusive and exclusive bounds.
+    let keys = |mut s: kivi::Scan| {
+        let mut out = Vec::new();
+        while let Some((k, _)) = s.next().unwrap() {
+            out.push(String::from_utf8(k.to_vec()).unwrap());
+        }
+        out
+    };
+    assert_eq!(
+        keys(db.scan(b"k00010".as_slice()..=b"k00012".as_slice())),
+        ["k00010", "k00011", "k00012"]
+    );
+    assert_eq!(
+        keys(db.scan_rev(b"k00010".as_slice()..=b"k00012".as_slice())),
+        ["k00012", "k00011", "k00010"]
+    );
+    assert_eq!(
+        keys(db.scan::<&[u8], _>((
+            std::ops::Bound::Excluded(b"k02997".as_slice()),
+            std::ops::Bound::Unbounded
+        ))),
+        ["k02998", "k02999"]
+    );
+}

@@ -578,7 +578,7 @@ fn run_case(seed: u64, cfg: &CaseConfig, tally: &Tally) {
     let mut rng = StdRng::seed_from_u64(seed);
     let opts = opts(&mut rng, cfg.durability);
     let durable = cfg.durability == Durability::Fsync;
-    let mut sim = SimStorage::new();
+    let mut sim = SimStorage::with_seed(seed);
     let mut base = Model::new();
     let mut histories: Vec<WriterHistory> = Vec::new();
     let rounds = rng.random_range(cfg.rounds.clone());

@@ -91,6 +91,9 @@ struct SimState {
     calls: u64,
     reads: u64,
     syncs: u64,
+    /// Drives the simulator's own choices (how much of a failing append
+    /// survives), so a test's seed reproduces them.
+    seed: u64,
 }
 
 impl SimState {
@@ -148,9 +151,25 @@ pub struct SimStorage {
     state: Arc<Mutex<SimState>>,
 }
 
+/// splitmix64: a tiny deterministic generator for the simulator's choices.
+fn next_random(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
 impl SimStorage {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A simulator whose own random choices follow `seed`.
+    pub fn with_seed(seed: u64) -> Self {
+        let sim = Self::default();
+        sim.state.lock().seed = seed;
+        sim
     }
 
     /// Fails the matching call that comes after `skip` matching calls (`op`
@@ -244,6 +263,7 @@ impl SimStorage {
         let after = SimState {
             files,
             meta: st.meta.clone(),
+            seed: rng.random(),
             ..SimState::default()
         };
         SimStorage {
@@ -388,7 +408,7 @@ impl SegmentWriter for SimWriter {
             Err(_) if st.dead => return result,
             Err(_) => {
                 self.broken = true;
-                rand::rng().random_range(0..=bytes.len())
+                (next_random(&mut st.seed) % (bytes.len() as u64 + 1)) as usize
             }
         };
         let f = st
