@@ -73,6 +73,7 @@ fn human(dir: &str, s: &kivi::Stats) -> String {
                 s.cache_pages
             ),
         ),
+        ("resident pages", bytes(s.resident_bytes)),
         (
             "cache hits / misses",
             format!(

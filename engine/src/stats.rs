@@ -30,6 +30,9 @@ pub struct Stats {
     pub redo_bytes: u64,
     pub cache_bytes: u64,
     pub cache_capacity: u64,
+    /// Bytes of written pages kept in memory in the tree itself, beside the
+    /// cache; the two share `cache_bytes`.
+    pub resident_bytes: u64,
     pub cache_pages: u64,
     pub cache_hits: u64,
     pub cache_misses: u64,
@@ -65,6 +68,7 @@ impl Db {
                 .saturating_sub(c.checkpointed_log_bytes.load(Ordering::Relaxed)),
             cache_bytes: p.cache_bytes,
             cache_capacity: p.cache_capacity,
+            resident_bytes: p.resident_bytes,
             cache_pages: p.cache_pages,
             cache_hits: p.hits,
             cache_misses: p.misses,

@@ -268,8 +268,8 @@ impl<'a> Ctx<'a> {
     fn apply_leaf(
         &mut self,
         node: &Node,
-        base: &Arc<LeafData>,
-        delta: Option<&Arc<LeafData>>,
+        base: &LeafData,
+        delta: Option<&LeafData>,
         ops: &[OpRef<'_>],
         bigs: &[Arc<BigValue>],
     ) -> Change {
@@ -331,7 +331,7 @@ impl<'a> Ctx<'a> {
         {
             // Small change: a new overlay on the shared base.
             let empty = LeafData::default();
-            let old = delta.map_or(&empty, |d| d.as_ref());
+            let old = delta.unwrap_or(&empty);
             let bytes = old.data_len()
                 + edits
                     .iter()
@@ -370,7 +370,7 @@ impl<'a> Ctx<'a> {
                     Edit::Drop => {}
                 }
             }
-            let delta = (!new_delta.is_empty()).then(|| Arc::new(new_delta));
+            let delta = (!new_delta.is_empty()).then_some(new_delta);
             let node = self.track(Node::leaf_with_delta(base.clone(), delta, size));
             return Change::One(node);
         }
@@ -417,7 +417,7 @@ impl<'a> Ctx<'a> {
             let first = entries[run.start].0;
             let low = prev_last.map(|last| shortest_separator(last, first));
             prev_last = Some(entries[run.end - 1].0);
-            let node = self.track(Node::leaf(Arc::new(leaf)));
+            let node = self.track(Node::leaf(leaf));
             pieces.push(Piece { low, node });
         }
         pieces

@@ -6,9 +6,10 @@
 //! values before their leaves. Nodes already written by a durable checkpoint
 //! are referenced, not rewritten: only what changed since is written.
 //!
-//! Once the checkpoint is durable, [`release_written`] swizzles every
-//! in-memory child pointer of that version into a page reference and hands
-//! the node to the page cache, which from then on decides if it stays in RAM.
+//! Once the checkpoint is durable, [`release_written`] lets the written nodes
+//! stay in memory as *resident* nodes while a budget allows, and swizzles the
+//! rest into page references handed to the page cache, which evicts them
+//! when it must: either way, memory stays within `cache_bytes`.
 
 use crate::leaf::{merge_into, BigValue, Entry, LeafData, ValueRef};
 use crate::node::{Body, ChildRef, DiskRef, InternalData, Node};
@@ -157,12 +158,21 @@ impl TreeWriter<'_> {
 }
 
 /// After a checkpoint is durable (and [`Pager::set_durable_generation`]
-/// says so): returns a root equal in content to `root` in which every
-/// in-memory pointer to a node that is now durably on disk is a page
-/// pointer, and hands those nodes to the page cache. From then on the cache
-/// alone decides whether they stay in memory. Copies only the internal nodes
-/// on paths to such pointers; returns `None` when there are none.
+/// says so): decides, for every node of `root`'s tree that is now durably on
+/// disk and still pointed to from memory, where it lives from now on. While
+/// the memory budget allows, it stays *resident*: in memory, in the tree,
+/// reached by pointer without a cache lookup (counted by the pager). Past the
+/// budget the pointer becomes a page reference and the node goes to the page
+/// cache, which evicts by weight. Returns a root equal in content to `root`
+/// with those pointers replaced (copying only the internal nodes on their
+/// paths), or `None` when nothing changed.
 pub fn release_written(pager: &Pager, root: &Arc<Node>) -> Option<Arc<Node>> {
+    let released = release_children(pager, root);
+    pager.rebalance();
+    released
+}
+
+fn release_children(pager: &Pager, root: &Arc<Node>) -> Option<Arc<Node>> {
     let Body::Internal { base, .. } = root.body() else {
         return None;
     };
@@ -173,12 +183,22 @@ pub fn release_written(pager: &Pager, root: &Arc<Node>) -> Option<Arc<Node>> {
             continue;
         };
         let replacement = match pager.durable_page(child) {
+            // Written: stays in memory while the budget allows, reached
+            // without a cache lookup; otherwise it goes to the cache.
             Some(page) => {
-                let released = release_written(pager, child).unwrap_or_else(|| child.clone());
-                pager.insert_clean(page, cacheable(pager, released, page));
-                ChildRef::Disk(page)
+                let released = release_children(pager, child);
+                if pager.try_make_resident(released.as_ref().unwrap_or(child)) {
+                    match released {
+                        Some(c) => ChildRef::Mem(c),
+                        None => continue,
+                    }
+                } else {
+                    let node = released.unwrap_or_else(|| child.clone());
+                    pager.insert_clean(page, cacheable(pager, node, page));
+                    ChildRef::Disk(page)
+                }
             }
-            None => match release_written(pager, child) {
+            None => match release_children(pager, child) {
                 Some(c) => ChildRef::Mem(c),
                 None => continue,
             },
@@ -210,7 +230,7 @@ pub(crate) fn cacheable(pager: &Pager, node: Arc<Node>, page: DiskRef) -> Arc<No
         d.iter()
             .any(|(_, e)| matches!(e, Entry::Value(ValueRef::Big(b)) if b.bytes.is_some()))
     };
-    if !holds_values(base) && !delta.as_deref().is_some_and(holds_values) {
+    if !holds_values(base) && !delta.as_ref().is_some_and(holds_values) {
         return node;
     }
     let durable = pager.durable_generation();
@@ -233,7 +253,7 @@ pub(crate) fn cacheable(pager: &Pager, node: Arc<Node>, page: DiskRef) -> Arc<No
         }
     }
     leaf.shrink();
-    let out = Node::leaf(Arc::new(leaf));
+    let out = Node::leaf(leaf);
     out.written.set(page, 0);
     Arc::new(out)
 }

@@ -185,9 +185,11 @@ pub fn entry_size(key_len: usize, value: Entry<'_>) -> usize {
 /// Sorted entries in one allocation: `cap` heads, then `cap` slots, then the
 /// arena of key and value bytes. One allocation per leaf (instead of one per
 /// array) matters: the write path makes and frees a small leaf per changed key.
-#[derive(Debug, Default)]
+/// The buffer is shared by reference count, so a node holds its `LeafData`
+/// inline (one pointer hop less on every lookup) and versions share bases.
+#[derive(Debug, Default, Clone)]
 pub struct LeafData {
-    buf: Box<[u64]>,
+    buf: Arc<[u64]>,
     cap: u32,
     data_cap: u32,
     n: u32,
@@ -205,8 +207,12 @@ impl LeafData {
             "leaf too large"
         );
         let words = 3 * entries + bytes.div_ceil(8);
+        let zeroed = Arc::<[u64]>::new_zeroed_slice(words);
+        // SAFETY: the memory is zero-initialised, and all-zero bits are a
+        // valid u64.
+        let buf = unsafe { zeroed.assume_init() };
         LeafData {
-            buf: vec![0u64; words].into_boxed_slice(),
+            buf,
             cap: entries as u32,
             data_cap: bytes as u32,
             ..Default::default()
@@ -298,10 +304,11 @@ impl LeafData {
     fn relayout(&mut self, entries: usize, bytes: usize) {
         let mut bigger = LeafData::with_capacity(entries, bytes);
         let (n, old_cap, new_cap) = (self.n as usize, self.cap as usize, entries);
-        bigger.buf[..n].copy_from_slice(&self.buf[..n]);
-        bigger.buf[new_cap..new_cap + 2 * n].copy_from_slice(&self.buf[old_cap..old_cap + 2 * n]);
+        let to = Arc::get_mut(&mut bigger.buf).expect("a new buffer is not shared");
+        to[..n].copy_from_slice(&self.buf[..n]);
+        to[new_cap..new_cap + 2 * n].copy_from_slice(&self.buf[old_cap..old_cap + 2 * n]);
         let words = (self.data_len as usize).div_ceil(8);
-        bigger.buf[3 * new_cap..3 * new_cap + words]
+        to[3 * new_cap..3 * new_cap + words]
             .copy_from_slice(&self.buf[3 * old_cap..3 * old_cap + words]);
         self.buf = bigger.buf;
         self.cap = bigger.cap;
@@ -328,7 +335,8 @@ impl LeafData {
         let (n, cap) = (self.n as usize, self.cap as usize);
         let data_start = 3 * cap;
         let key_off = self.data_len;
-        let arena = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut self.buf[data_start..])
+        let buf = Arc::get_mut(&mut self.buf).expect("a leaf being built is not shared");
+        let arena = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut buf[data_start..])
             [..self.data_cap as usize];
         arena[key_off as usize..key_off as usize + key.len()].copy_from_slice(key);
         let mut end = key_off as usize + key.len();
@@ -348,7 +356,8 @@ impl LeafData {
                 (KIND_TOMBSTONE, 0, 0)
             }
         };
-        self.buf[n] = head(key);
+        let buf = Arc::get_mut(&mut self.buf).expect("a leaf being built is not shared");
+        buf[n] = head(key);
         let slot = Slot {
             key_off,
             val,
@@ -357,7 +366,7 @@ impl LeafData {
             kind,
             _pad: 0,
         };
-        bytemuck::cast_slice_mut::<u64, Slot>(&mut self.buf[cap..cap + 2 * (n + 1)])[n] = slot;
+        bytemuck::cast_slice_mut::<u64, Slot>(&mut buf[cap..cap + 2 * (n + 1)])[n] = slot;
         self.data_len = end as u32;
         self.n += 1;
         self.size += entry_size(key.len(), entry);

@@ -18,7 +18,8 @@
 
 use crate::leaf::{head, search_heads, LeafData, Written};
 use kivi_log::PageRef;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
+use std::sync::{Arc, OnceLock};
 
 /// A durable page and the bytes of everything reachable from it (the page,
 /// its descendants and their out-of-line values): the live bytes of a subtree.
@@ -164,8 +165,8 @@ pub fn internal_size(sep_bytes: usize, children: usize) -> usize {
 #[derive(Debug)]
 pub enum Body {
     Leaf {
-        base: Arc<LeafData>,
-        delta: Option<Arc<LeafData>>,
+        base: LeafData,
+        delta: Option<LeafData>,
     },
     Internal {
         base: Arc<InternalData>,
@@ -250,17 +251,29 @@ pub struct Node {
     /// Estimated encoded size of the node's live content (leaves: with the
     /// delta applied), which decides splits and merges.
     size: usize,
+    /// Set when the node, durably written, stays in memory in the tree rather
+    /// than in the page cache: the pager's count of such bytes, which this
+    /// node's bytes are part of until it is dropped.
+    resident: OnceLock<Arc<AtomicU64>>,
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if let Some(count) = self.resident.get() {
+            count.fetch_sub(self.mem as u64, AtomicOrdering::Relaxed);
+        }
+    }
 }
 
 impl Node {
     /// A leaf without a delta.
-    pub fn leaf(base: Arc<LeafData>) -> Self {
+    pub fn leaf(base: LeafData) -> Self {
         let size = base.size();
         Self::leaf_with_delta(base, None, size)
     }
 
     /// A leaf whose live content (base with `delta` applied) has `size`.
-    pub fn leaf_with_delta(base: Arc<LeafData>, delta: Option<Arc<LeafData>>, size: usize) -> Self {
+    pub fn leaf_with_delta(base: LeafData, delta: Option<LeafData>, size: usize) -> Self {
         let mem = std::mem::size_of::<Node>()
             + base.mem_bytes()
             + delta.as_ref().map_or(0, |d| d.mem_bytes());
@@ -270,12 +283,29 @@ impl Node {
             written: Written::default(),
             mem,
             size,
+            resident: OnceLock::new(),
         }
     }
 
     /// Estimated encoded size of the live content.
     pub fn size(&self) -> usize {
         self.size
+    }
+
+    /// Counts the node as resident in `count` (once); true if it now is.
+    pub fn make_resident(&self, count: &Arc<AtomicU64>) -> bool {
+        if self.resident.get().is_some() {
+            return true;
+        }
+        count.fetch_add(self.mem as u64, AtomicOrdering::Relaxed);
+        if self.resident.set(count.clone()).is_err() {
+            count.fetch_sub(self.mem as u64, AtomicOrdering::Relaxed);
+        }
+        true
+    }
+
+    pub fn is_resident(&self) -> bool {
+        self.resident.get().is_some()
     }
 
     pub fn internal(level: u8, base: Arc<InternalData>, patches: Option<Arc<Patches>>) -> Self {
@@ -292,6 +322,7 @@ impl Node {
             written: Written::default(),
             mem,
             size,
+            resident: OnceLock::new(),
         }
     }
 

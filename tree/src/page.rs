@@ -160,7 +160,7 @@ fn decode_leaf(r: &mut Reader<'_>, at: PageRef) -> Result<Node, &'static str> {
     }
     r.expect_end().map_err(|e| e.what)?;
     leaf.shrink();
-    Ok(Node::leaf(Arc::new(leaf)))
+    Ok(Node::leaf(leaf))
 }
 
 /// Bytes of keys and inline values the `count` entries in `body` hold once

@@ -28,6 +28,8 @@ impl Weighter<u64, Arc<Node>> for NodeWeight {
 pub struct PagerStats {
     pub cache_bytes: u64,
     pub cache_capacity: u64,
+    /// Bytes of written nodes kept in memory in the tree, outside the cache.
+    pub resident_bytes: u64,
     pub cache_pages: u64,
     pub hits: u64,
     pub misses: u64,
@@ -38,6 +40,11 @@ pub struct PagerStats {
 pub struct Pager {
     storage: Arc<dyn Storage>,
     cache: Cache<u64, Arc<Node>, NodeWeight>,
+    /// The memory budget shared by the cache and the resident nodes.
+    budget: u64,
+    /// Bytes of durably written nodes kept in memory in the tree itself (see
+    /// `checkpoint::release_written`), reached without a cache lookup.
+    resident: Arc<AtomicU64>,
     readers: RwLock<HashMap<u32, Arc<dyn SegmentReader>>>,
     /// Newest checkpoint generation known durable: a node written by a
     /// checkpoint of this generation or older may be dropped from memory.
@@ -61,6 +68,8 @@ impl Pager {
         Pager {
             storage,
             cache: Cache::with_weighter(items, cache_bytes.max(1), NodeWeight),
+            budget: cache_bytes.max(1),
+            resident: Arc::new(AtomicU64::new(0)),
             readers: RwLock::new(HashMap::new()),
             durable_generation: AtomicU64::new(0),
             page_reads: AtomicU64::new(0),
@@ -87,10 +96,35 @@ impl Pager {
         node.written.get(|g| g <= durable)
     }
 
+    /// Keeps `node` in memory in the tree if the budget allows: resident
+    /// nodes and the cache share `cache_bytes`, resident nodes taking at most
+    /// three quarters. Returns whether it stays.
+    pub fn try_make_resident(&self, node: &Node) -> bool {
+        if node.is_resident() {
+            return true;
+        }
+        let limit = self.budget / 4 * 3;
+        if self.resident.load(Ordering::Relaxed) + node.mem_bytes() as u64 > limit {
+            return false;
+        }
+        node.make_resident(&self.resident)
+    }
+
+    /// Gives the cache what resident nodes leave of the budget (at least a
+    /// quarter). Called after resident nodes change.
+    pub fn rebalance(&self) {
+        let resident = self.resident.load(Ordering::Relaxed);
+        let room = self.budget.saturating_sub(resident).max(self.budget / 4);
+        if room != self.cache.capacity() {
+            self.cache.set_capacity(room);
+        }
+    }
+
     pub fn stats(&self) -> PagerStats {
         PagerStats {
             cache_bytes: self.cache.weight(),
             cache_capacity: self.cache.capacity(),
+            resident_bytes: self.resident.load(Ordering::Relaxed),
             cache_pages: self.cache.len() as u64,
             hits: self.cache.hits(),
             misses: self.cache.misses(),

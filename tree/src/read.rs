@@ -68,7 +68,7 @@ fn copy_entry(pager: &Pager, e: Entry<'_>, out: &mut Vec<u8>) -> Result<bool, Er
 
 /// The entries of a leaf node with its delta applied (tombstones removed).
 /// Shares the base when there is no delta.
-pub fn leaf_entries(node: &Node) -> Arc<LeafData> {
+pub fn leaf_entries(node: &Node) -> LeafData {
     match node.body() {
         Body::Leaf { base, delta: None } => base.clone(),
         Body::Leaf {
@@ -81,7 +81,7 @@ pub fn leaf_entries(node: &Node) -> Arc<LeafData> {
             for (k, e) in merged {
                 out.push(k, e);
             }
-            Arc::new(out)
+            out
         }
         Body::Internal { .. } => panic!("leaf_entries on an internal node"),
     }
@@ -95,7 +95,7 @@ pub struct Cursor {
     root: Option<Arc<Node>>,
     /// Internal nodes from the root down, each with the child index taken.
     stack: Vec<(Arc<Node>, usize)>,
-    leaf: Arc<LeafData>,
+    leaf: LeafData,
     /// Index into `leaf`; valid when `valid`.
     pos: usize,
     valid: bool,
@@ -109,7 +109,7 @@ impl Cursor {
         Cursor {
             root,
             stack: Vec::new(),
-            leaf: Arc::new(LeafData::default()),
+            leaf: LeafData::default(),
             pos: 0,
             valid: false,
             edge: None,
