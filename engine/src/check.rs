@@ -4,8 +4,8 @@
 use crate::db::Db;
 use crate::error::Result;
 use kivi_log::{
-    read_header, scan_segment, CheckpointRecord, CommitRecord, RecordType, ScanEnd, SegmentHeader,
-    SegmentKind,
+    read_header, scan_segment, CheckpointRecord, CommitRecord, RecordType, ScanEnd, ScannedRecord,
+    SegmentHeader, SegmentKind,
 };
 use kivi_storage::SegmentId;
 use kivi_tree::{check_tree, DiskRef};
@@ -28,6 +28,33 @@ pub struct CheckReport {
 impl CheckReport {
     pub fn is_healthy(&self) -> bool {
         self.problems.is_empty()
+    }
+}
+
+/// Reads every record of a segment up to `end`, handing each to `visit`;
+/// a record that fails validation ends the segment's scan as a problem.
+fn scan_records(
+    report: &mut CheckReport,
+    reader: std::sync::Arc<dyn kivi_storage::SegmentReader>,
+    id: SegmentId,
+    name: &str,
+    end: ScanEnd,
+    mut visit: impl FnMut(&mut CheckReport, &ScannedRecord<'_>),
+) {
+    let mut scan = match scan_segment(reader, id, name.to_string(), end) {
+        Ok(Some(s)) => s,
+        Ok(None) => return,
+        Err(e) => return report.problems.push(e.to_string()),
+    };
+    loop {
+        match scan.next_record() {
+            Ok(None) => return,
+            Ok(Some(rec)) => {
+                report.bytes_scanned += rec.len;
+                visit(report, &rec);
+            }
+            Err(e) => return report.problems.push(e.to_string()),
+        }
     }
 }
 
@@ -83,52 +110,38 @@ impl Db {
                 Some(next) => ScanEnd::Exact(headers[next].0.prev_end),
                 None => ScanEnd::Tail,
             };
-            let scan = scan_segment(storage.open_segment(id)?, id, name.clone(), end);
-            let mut scan = match scan {
-                Ok(Some(s)) => s,
-                Ok(None) => continue,
-                Err(e) => {
-                    report.problems.push(e.to_string());
-                    continue;
-                }
-            };
-            loop {
-                match scan.next_record() {
-                    Ok(None) => break,
-                    Ok(Some(rec)) => {
-                        report.bytes_scanned += rec.len;
-                        match rec.ty {
-                            RecordType::Commit => {
-                                report.commit_records += 1;
-                                if let Err(e) = CommitRecord::decode(rec.body) {
-                                    report.problems.push(format!(
-                                        "{name} at offset {}: commit record: {e}",
-                                        rec.offset
-                                    ));
-                                }
-                            }
-                            RecordType::Checkpoint => {
-                                report.checkpoint_records += 1;
-                                match CheckpointRecord::decode(rec.body) {
-                                    Ok(c) => newest = Some(c),
-                                    Err(e) => report.problems.push(format!(
-                                        "{name} at offset {}: checkpoint record: {e}",
-                                        rec.offset
-                                    )),
-                                }
-                            }
-                            other => report.problems.push(format!(
-                                "{name} at offset {}: {other:?} record in the commit log",
+            scan_records(
+                &mut report,
+                storage.open_segment(id)?,
+                id,
+                &name,
+                end,
+                |report, rec| match rec.ty {
+                    RecordType::Commit => {
+                        report.commit_records += 1;
+                        if let Err(e) = CommitRecord::decode(rec.body) {
+                            report.problems.push(format!(
+                                "{name} at offset {}: commit record: {e}",
+                                rec.offset
+                            ));
+                        }
+                    }
+                    RecordType::Checkpoint => {
+                        report.checkpoint_records += 1;
+                        match CheckpointRecord::decode(rec.body) {
+                            Ok(c) => newest = Some(c),
+                            Err(e) => report.problems.push(format!(
+                                "{name} at offset {}: checkpoint record: {e}",
                                 rec.offset
                             )),
                         }
                     }
-                    Err(e) => {
-                        report.problems.push(e.to_string());
-                        break;
-                    }
-                }
-            }
+                    other => report.problems.push(format!(
+                        "{name} at offset {}: {other:?} record in the commit log",
+                        rec.offset
+                    )),
+                },
+            );
         }
 
         // Page segments up to the newest checkpoint's end.
@@ -150,37 +163,21 @@ impl Db {
                 _ => continue, // being written by a checkpoint in progress
             };
             let name = storage.segment_name(id);
-            let mut scan = match scan_segment(
+            scan_records(
+                &mut report,
                 storage.open_segment(id)?,
                 id,
-                name.clone(),
+                &name,
                 ScanEnd::Exact(end),
-            ) {
-                Ok(Some(s)) => s,
-                Ok(None) => continue,
-                Err(e) => {
-                    report.problems.push(e.to_string());
-                    continue;
-                }
-            };
-            loop {
-                match scan.next_record() {
-                    Ok(None) => break,
-                    Ok(Some(rec)) => {
-                        report.bytes_scanned += rec.len;
-                        if !matches!(rec.ty, RecordType::Page | RecordType::Blob) {
-                            report.problems.push(format!(
-                                "{name} at offset {}: {:?} record in a page segment",
-                                rec.offset, rec.ty
-                            ));
-                        }
+                |report, rec| {
+                    if !matches!(rec.ty, RecordType::Page | RecordType::Blob) {
+                        report.problems.push(format!(
+                            "{name} at offset {}: {:?} record in a page segment",
+                            rec.offset, rec.ty
+                        ));
                     }
-                    Err(e) => {
-                        report.problems.push(e.to_string());
-                        break;
-                    }
-                }
-            }
+                },
+            );
         }
 
         // The tree of the newest checkpoint, read from storage.

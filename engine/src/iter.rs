@@ -66,14 +66,10 @@ impl Snapshot {
 /// Pairs of a range in key order, from a snapshot taken when it was made.
 /// Double-ended: `.rev()` walks it in descending order, and both ends can be
 /// used at once. Each item is a `Result`: a damaged page ends the iteration
-/// with an error instead of wrong data.
+/// with an error instead of wrong data. Copies each pair; [`Scan`] lends them.
 pub struct Iter {
-    inner: Arc<Inner>,
-    root: Option<Arc<kivi_tree::Node>>,
-    start: Bound<Vec<u8>>,
-    end: Bound<Vec<u8>>,
-    front: Option<Cursor>,
-    back: Option<Cursor>,
+    front: Scan,
+    back: Scan,
     /// Last key returned from each end; the two ends never cross.
     front_last: Option<Vec<u8>>,
     back_last: Option<Vec<u8>>,
@@ -87,107 +83,57 @@ impl Iter {
         start: Bound<Vec<u8>>,
         end: Bound<Vec<u8>>,
     ) -> Self {
-        let root = version.root.clone();
+        let back = Scan::new(
+            inner.clone(),
+            version.clone(),
+            start.clone(),
+            end.clone(),
+            false,
+        );
+        let front = Scan::new(inner, version, start, end, true);
         Iter {
-            inner,
-            root,
-            start,
-            end,
-            front: None,
-            back: None,
+            front,
+            back,
             front_last: None,
             back_last: None,
             done: false,
         }
     }
 
-    fn before_end(&self, key: &[u8]) -> bool {
-        let in_range = match &self.end {
-            Bound::Included(e) => key <= e.as_slice(),
-            Bound::Excluded(e) => key < e.as_slice(),
-            Bound::Unbounded => true,
-        };
-        in_range && self.back_last.as_deref().is_none_or(|b| key < b)
-    }
-
-    fn after_start(&self, key: &[u8]) -> bool {
-        let in_range = match &self.start {
-            Bound::Included(s) => key >= s.as_slice(),
-            Bound::Excluded(s) => key > s.as_slice(),
-            Bound::Unbounded => true,
-        };
-        in_range && self.front_last.as_deref().is_none_or(|f| key > f)
-    }
-
-    fn value(&self, v: ValueRef<'_>) -> Result<Vec<u8>> {
-        Ok(match v {
-            ValueRef::Inline(v) => v.to_vec(),
-            ValueRef::Big(b) => self.inner.pager.read_big(b)?,
-        })
-    }
-
-    fn next_front(&mut self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
-        let pager = &self.inner.pager;
-        let c = match self.front.take() {
-            Some(mut c) => {
-                c.next(pager)?;
-                c
-            }
-            None => {
-                let mut c = Cursor::new(self.root.clone());
-                let from = match &self.start {
-                    Bound::Included(s) | Bound::Excluded(s) => Some(s.as_slice()),
-                    Bound::Unbounded => None,
-                };
-                c.seek_forward(pager, from)?;
-                if let (Bound::Excluded(s), true) = (&self.start, c.is_valid()) {
-                    if c.key() == s.as_slice() {
-                        c.next(pager)?;
-                    }
-                }
-                c
-            }
-        };
-        if !c.is_valid() || !self.before_end(c.key()) {
-            self.done = true;
-            return Ok(None);
+    fn step(&mut self, forward: bool) -> Option<Result<(Vec<u8>, Vec<u8>)>> {
+        if self.done {
+            return None;
         }
-        let item = (c.key().to_vec(), self.value(c.value())?);
-        self.front_last = Some(item.0.clone());
-        self.front = Some(c);
-        Ok(Some(item))
-    }
-
-    fn next_back(&mut self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
-        let pager = &self.inner.pager;
-        let c = match self.back.take() {
-            Some(mut c) => {
-                c.prev(pager)?;
-                c
+        let (scan, other_last) = if forward {
+            (&mut self.front, &self.back_last)
+        } else {
+            (&mut self.back, &self.front_last)
+        };
+        let item = match scan.next() {
+            Ok(Some((k, v))) => {
+                let crossed =
+                    other_last
+                        .as_deref()
+                        .is_some_and(|o| if forward { k >= o } else { k <= o });
+                (!crossed).then(|| (k.to_vec(), v.to_vec()))
             }
-            None => {
-                let mut c = Cursor::new(self.root.clone());
-                match &self.end {
-                    Bound::Excluded(e) => c.seek_backward(pager, Some(e))?,
-                    Bound::Included(e) => {
-                        // Entries <= e are the entries < e followed by a 0 byte.
-                        let mut past = e.clone();
-                        past.push(0);
-                        c.seek_backward(pager, Some(&past))?;
-                    }
-                    Bound::Unbounded => c.seek_backward(pager, None)?,
-                }
-                c
+            Ok(None) => None,
+            Err(e) => {
+                self.done = true;
+                return Some(Err(e));
             }
         };
-        if !c.is_valid() || !self.after_start(c.key()) {
+        let Some((k, v)) = item else {
             self.done = true;
-            return Ok(None);
-        }
-        let item = (c.key().to_vec(), self.value(c.value())?);
-        self.back_last = Some(item.0.clone());
-        self.back = Some(c);
-        Ok(Some(item))
+            return None;
+        };
+        let last = if forward {
+            &mut self.front_last
+        } else {
+            &mut self.back_last
+        };
+        *last = Some(k.clone());
+        Some(Ok((k, v)))
     }
 }
 
@@ -195,31 +141,13 @@ impl Iterator for Iter {
     type Item = Result<(Vec<u8>, Vec<u8>)>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        if self.done {
-            return None;
-        }
-        match self.next_front() {
-            Ok(item) => item.map(Ok),
-            Err(e) => {
-                self.done = true;
-                Some(Err(e))
-            }
-        }
+        self.step(true)
     }
 }
 
 impl DoubleEndedIterator for Iter {
     fn next_back(&mut self) -> Option<Self::Item> {
-        if self.done {
-            return None;
-        }
-        match Iter::next_back(self) {
-            Ok(item) => item.map(Ok),
-            Err(e) => {
-                self.done = true;
-                Some(Err(e))
-            }
-        }
+        self.step(false)
     }
 }
 
