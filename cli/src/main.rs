@@ -195,27 +195,11 @@ impl Store {
 
     /// For writing commands: creates the store if the directory holds none.
     pub fn open_writable(&self) -> Result<Db> {
-        self.refuse_foreign_dir()?;
         let opts = Options {
             durability: self.durability,
             ..Options::default()
         };
         Ok(Db::open(&self.dir, opts)?)
-    }
-
-    /// Opening for writing takes the store's lock first, which leaves a
-    /// `LOCK` file behind even in a directory that turns out not to be a
-    /// store. Every store opened for writing before has that file, so only a
-    /// non-empty directory without one is probed, read-only, beforehand.
-    fn refuse_foreign_dir(&self) -> Result<()> {
-        let has_entries = std::fs::read_dir(&self.dir).is_ok_and(|mut d| d.next().is_some());
-        if !has_entries || self.dir.join("LOCK").exists() {
-            return Ok(());
-        }
-        match self.open_read_only() {
-            Err(CliError::Store(e @ kivi::Error::NotAStore { .. })) => Err(e.into()),
-            _ => Ok(()),
-        }
     }
 
     pub fn shown_dir(&self) -> String {
