@@ -5,7 +5,7 @@ use crate::checkpointer::{Background, Checkpointer};
 use crate::commit_log::CommitLog;
 use crate::error::{Error, Result};
 use crate::identity::{self, IDENTITY};
-use crate::iter::{bound_owned, Iter, Scan, Snapshot};
+use crate::iter::{Iter, Scan, Snapshot};
 use crate::limits::MAX_KEY_LEN;
 use crate::options::{Durability, Options};
 use crate::page_log::PageLog;
@@ -333,37 +333,17 @@ impl Db {
     /// Pairs with keys in `range`, in key order; `.rev()` for descending order.
     /// Reads a consistent snapshot taken when it is called.
     pub fn range<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> Iter {
-        let (start, end) = bound_owned(&range);
-        Iter::new(
-            self.inner().clone(),
-            self.inner().published.load_full(),
-            start,
-            end,
-        )
+        self.snapshot().range(range)
     }
 
     /// A zero-copy scan of `range` in ascending key order (see [`Scan`]).
     pub fn scan<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> Scan {
-        let (start, end) = bound_owned(&range);
-        Scan::new(
-            self.inner().clone(),
-            self.inner().published.load_full(),
-            start,
-            end,
-            true,
-        )
+        self.snapshot().scan(range)
     }
 
     /// A zero-copy scan of `range` in descending key order.
     pub fn scan_rev<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> Scan {
-        let (start, end) = bound_owned(&range);
-        Scan::new(
-            self.inner().clone(),
-            self.inner().published.load_full(),
-            start,
-            end,
-            false,
-        )
+        self.snapshot().scan_rev(range)
     }
 
     /// Every pair, in key order.

@@ -48,6 +48,18 @@ impl Snapshot {
         self.range::<&[u8], _>(..)
     }
 
+    /// A zero-copy scan of `range` in ascending key order (see [`Scan`]).
+    pub fn scan<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> Scan {
+        let (start, end) = bound_owned(&range);
+        Scan::new(self.inner.clone(), self.version.clone(), start, end, true)
+    }
+
+    /// A zero-copy scan of `range` in descending key order.
+    pub fn scan_rev<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> Scan {
+        let (start, end) = bound_owned(&range);
+        Scan::new(self.inner.clone(), self.version.clone(), start, end, false)
+    }
+
     /// Number of pairs in this snapshot.
     pub fn len(&self) -> u64 {
         self.version.pairs
