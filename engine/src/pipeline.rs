@@ -44,6 +44,9 @@ pub(crate) enum Reply {
     Checkpoint(Vec<SegmentId>),
 }
 
+/// Groups of answers waiting for the notifier thread, at most.
+const NOTIFY_QUEUE: usize = 256;
+
 /// Groups a leader commits for others after its own batch is answered.
 const MAX_EXTRA_GROUPS: u32 = 8;
 
@@ -91,12 +94,15 @@ type Answers = Vec<(Arc<Ticket>, Result<Reply>)>;
 pub(crate) struct Pipeline {
     queue: Mutex<Queue>,
     room: Condvar,
-    notifier: Mutex<Option<std::sync::mpsc::Sender<Answers>>>,
+    notifier: Mutex<Option<std::sync::mpsc::SyncSender<Answers>>>,
 }
 
 impl Default for Pipeline {
     fn default() -> Self {
-        let (tx, rx) = std::sync::mpsc::channel::<Answers>();
+        // Each waiting writer has one ticket, so the answers in flight are
+        // bounded by the writers anyway; the bound makes a slow notifier slow
+        // the leader down rather than pile up.
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Answers>(NOTIFY_QUEUE);
         std::thread::Builder::new()
             .name("kivi-notify".into())
             .spawn(move || {

@@ -234,3 +234,40 @@ fn zero_copy_scans_match_the_copying_iterator() {
         ["k02998", "k02999"]
     );
 }
+
+#[test]
+fn a_page_segment_gone_missing_is_reported_as_corruption() {
+    let tmp = tempfile::tempdir().unwrap();
+    let opts = Options {
+        segment_bytes: 64 << 10,
+        ..Options::default()
+    };
+    {
+        let db = Db::open(tmp.path(), opts.clone()).unwrap();
+        let mut b = WriteBatch::new();
+        for i in 0..5000u32 {
+            b.put(format!("key{i:06}").into_bytes(), vec![i as u8; 60])
+                .unwrap();
+        }
+        db.write(b).unwrap();
+        db.checkpoint().unwrap();
+    }
+    // The oldest page segment holds the first leaves written; the newest
+    // checkpoint's root lives in a later one.
+    let mut segs: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "seg"))
+        .collect();
+    segs.sort();
+    let first_page_segment = segs
+        .iter()
+        .find(|p| std::fs::read(p).unwrap()[9 + 8 + 4 + 16 + 8] == 2)
+        .expect("a page segment");
+    std::fs::remove_file(first_page_segment).unwrap();
+    let db = Db::open(tmp.path(), opts).unwrap();
+    let err = db.get(b"key000000").unwrap_err();
+    assert!(err.is_corruption(), "{err}");
+    assert!(err.to_string().contains("does not exist"), "{err}");
+    assert!(!db.check().unwrap().is_healthy());
+}

@@ -159,7 +159,12 @@ impl Pager {
 
     /// Reads a whole record with one positioned read and checks its frame.
     fn read_record(&self, page: PageRef, ty: RecordType) -> Result<Vec<u8>, Error> {
-        let reader = self.reader(page.addr.segment)?;
+        let reader = match self.reader(page.addr.segment) {
+            Err(Error::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(self.corrupt(page, "reference to a segment that does not exist"));
+            }
+            r => r?,
+        };
         let mut buf = vec![0u8; page.len as usize];
         if let Err(e) = reader.read_at(u64::from(page.addr.offset), &mut buf) {
             if e.kind() == std::io::ErrorKind::UnexpectedEof {
