@@ -94,7 +94,21 @@ struct Ctx<'a> {
     cfg: &'a TreeConfig,
     pairs_delta: i64,
     new_bytes: usize,
+    /// Whether this node may split its children's work with a second thread
+    /// (only the root does, once per batch).
+    parallel: bool,
 }
+
+/// The ops of one child: its index and the ranges of `ops` and big values.
+struct Group {
+    child: usize,
+    ops: std::ops::Range<usize>,
+    bigs: std::ops::Range<usize>,
+}
+
+/// Batches of at least this many operations have their root's children
+/// applied on two threads.
+const PARALLEL_MIN_OPS: usize = 512;
 
 /// Applies `ops` (sorted by key, one per key) to the tree under `root`.
 pub fn apply(
@@ -112,6 +126,7 @@ pub fn apply(
         cfg,
         pairs_delta: 0,
         new_bytes: 0,
+        parallel: ops.len() >= PARALLEL_MIN_OPS,
     };
     let bigs = big_values(ops);
     let pieces = match root {
@@ -170,6 +185,35 @@ fn value_ref<'a>(v: &'a [u8], bigs: &'a [Arc<BigValue>], big_i: &mut usize) -> V
     } else {
         ValueRef::Inline(v)
     }
+}
+
+/// Splits sorted `ops` into runs, one per child of `base` they fall in.
+fn group_ops(base: &InternalData, ops: &[OpRef<'_>]) -> Vec<Group> {
+    let n = base.children_len();
+    let mut groups = Vec::new();
+    let (mut start, mut first_big) = (0, 0);
+    while start < ops.len() {
+        let child = base.child_index(ops[start].key());
+        let mut end = start + 1;
+        if child + 1 < n {
+            let sep = base.sep(child);
+            let sep_head = head(sep);
+            while end < ops.len() && below(ops[end].key(), sep, sep_head) {
+                end += 1;
+            }
+        } else {
+            end = ops.len();
+        }
+        let bigs_here = ops[start..end].iter().filter(|op| is_big(op)).count();
+        groups.push(Group {
+            child,
+            ops: start..end,
+            bigs: first_big..first_big + bigs_here,
+        });
+        first_big += bigs_here;
+        start = end;
+    }
+    groups
 }
 
 fn is_big(op: &OpRef<'_>) -> bool {
@@ -423,6 +467,67 @@ impl<'a> Ctx<'a> {
         pieces
     }
 
+    /// Applies each group's ops to its child; the changed children.
+    fn apply_groups(
+        &mut self,
+        node: &Node,
+        ops: &[OpRef<'_>],
+        bigs: &[Arc<BigValue>],
+        groups: &[Group],
+    ) -> Result<Vec<(usize, Change)>, Error> {
+        let mut changes = Vec::new();
+        for g in groups {
+            let child = self
+                .pager
+                .resolve(node.child_ref(g.child), node.level() - 1)?;
+            match self.apply_node(&child, &ops[g.ops.clone()], &bigs[g.bigs.clone()])? {
+                Change::Same => {}
+                change => changes.push((g.child, change)),
+            }
+        }
+        Ok(changes)
+    }
+
+    /// [`Ctx::apply_groups`] with the groups split in two halves of about
+    /// equal op counts, the first half on a second thread: subtrees share
+    /// nothing but the (thread-safe) pager, so a large batch uses both cores.
+    fn apply_groups_on_two_threads(
+        &mut self,
+        node: &Node,
+        ops: &[OpRef<'_>],
+        bigs: &[Arc<BigValue>],
+        groups: &[Group],
+    ) -> Result<Vec<(usize, Change)>, Error> {
+        let half = ops.len() / 2;
+        let split = groups
+            .iter()
+            .position(|g| g.ops.end > half)
+            .unwrap_or(0)
+            .max(1);
+        let (first, second) = groups.split_at(split);
+        let (pager, cfg) = (self.pager, self.cfg);
+        std::thread::scope(|s| {
+            let helper = s.spawn(move || {
+                let mut ctx = Ctx {
+                    pager,
+                    cfg,
+                    pairs_delta: 0,
+                    new_bytes: 0,
+                    parallel: false,
+                };
+                ctx.apply_groups(node, ops, bigs, first)
+                    .map(|c| (c, ctx.pairs_delta, ctx.new_bytes))
+            });
+            let mine = self.apply_groups(node, ops, bigs, second);
+            let theirs = helper.join().expect("apply thread panicked");
+            let (mut changes, pairs_delta, new_bytes) = theirs?;
+            self.pairs_delta += pairs_delta;
+            self.new_bytes += new_bytes;
+            changes.extend(mine?);
+            Ok(changes)
+        })
+    }
+
     fn apply_internal(
         &mut self,
         node: &Arc<Node>,
@@ -432,34 +537,13 @@ impl<'a> Ctx<'a> {
         let level = node.level();
         let base = node.internal_base().clone();
         let n = base.children_len();
-        let mut changes: Vec<(usize, Change)> = Vec::new();
-        let mut start = 0;
-        let mut first_big = 0;
-        while start < ops.len() {
-            let i = base.child_index(ops[start].key());
-            // Ops are sorted, so the child's ops are the run that maps to `i`.
-            let mut end = start + 1;
-            let mut bigs_here = is_big(&ops[start]) as usize;
-            if i + 1 < n {
-                let sep = base.sep(i);
-                let sep_head = head(sep);
-                while end < ops.len() && below(ops[end].key(), sep, sep_head) {
-                    bigs_here += is_big(&ops[end]) as usize;
-                    end += 1;
-                }
-            } else {
-                bigs_here += ops[end..].iter().filter(|op| is_big(op)).count();
-                end = ops.len();
-            }
-            let child = self.pager.resolve(node.child_ref(i), level - 1)?;
-            let child_bigs = &bigs[first_big..first_big + bigs_here];
-            match self.apply_node(&child, &ops[start..end], child_bigs)? {
-                Change::Same => {}
-                change => changes.push((i, change)),
-            }
-            first_big += bigs_here;
-            start = end;
-        }
+        let groups = group_ops(&base, ops);
+        let parallel = std::mem::replace(&mut self.parallel, false);
+        let changes = if parallel && groups.len() >= 2 {
+            self.apply_groups_on_two_threads(node, ops, bigs, &groups)?
+        } else {
+            self.apply_groups(node, ops, bigs, &groups)?
+        };
         if changes.is_empty() {
             return Ok(Change::Same);
         }

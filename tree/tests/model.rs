@@ -188,10 +188,14 @@ enum Step {
 }
 
 fn step(max_key: u16) -> impl Strategy<Value = Step> {
+    step_sized(max_key, 200)
+}
+
+fn step_sized(max_key: u16, max_batch: usize) -> impl Strategy<Value = Step> {
     prop_oneof![
         8 => proptest::collection::vec(
             (0..max_key, proptest::option::weighted(0.7, (any::<u8>(), proptest::bool::weighted(0.03)))),
-            1..200
+            1..max_batch
         ).prop_map(Step::Batch),
         1 => any::<bool>().prop_map(|reload| Step::Checkpoint { reload }),
     ]
@@ -240,6 +244,20 @@ proptest! {
         // Pages of a few entries, three-level trees, a cache of a few pages.
         let cfg = TreeConfig { page_target: 256, delta_max: 4, patch_max: 3 };
         run(steps, 4096, cfg, 600);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    #[test]
+    fn tree_matches_model_with_batches_applied_on_two_threads(
+        steps in proptest::collection::vec(step_sized(6000, 2500), 1..8)
+    ) {
+        // Batches of 512 operations or more split the root's children
+        // between two threads.
+        let cfg = TreeConfig { page_target: 512, delta_max: 8, patch_max: 4 };
+        run(steps, 1 << 20, cfg, 6000);
     }
 }
 
