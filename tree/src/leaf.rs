@@ -409,7 +409,7 @@ impl LeafData {
         };
         let buf = Arc::get_mut(&mut self.buf).expect("a leaf being built is not shared");
         buf[layout.heads + n] = head(key);
-        if n % SUMMARY_STRIDE == 0 {
+        if n.is_multiple_of(SUMMARY_STRIDE) {
             buf[n / SUMMARY_STRIDE] = head(key);
         }
         let slot = Slot {
