@@ -63,11 +63,6 @@ impl ChildRef {
             ChildRef::Disk(p) => Some(*p),
         }
     }
-
-    /// A new reference to the same child.
-    pub fn duplicate(&self) -> Self {
-        self.clone()
-    }
 }
 
 /// Separators and children of an internal node: child `i` holds the keys in
@@ -343,8 +338,7 @@ impl Node {
         self.mem
     }
 
-    /// Number of children (internal nodes) or entries counting tombstones as
-    /// applied (leaves; exact only without a delta).
+    /// Number of children of an internal node; 0 for a leaf.
     pub fn children_len(&self) -> usize {
         match &self.body {
             Body::Internal { base, .. } => base.children_len(),

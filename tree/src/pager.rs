@@ -142,13 +142,6 @@ impl Pager {
         Ok(r)
     }
 
-    /// Forgets the open reader of a deleted segment and must be called before
-    /// the segment's pages could be asked for again (they cannot: deleted
-    /// segments hold nothing reachable).
-    pub fn forget_segment(&self, segment: u64) {
-        self.readers.write().remove(&(segment as u32));
-    }
-
     fn corrupt(&self, page: PageRef, what: impl Into<String>) -> Error {
         Error::Corrupt(Corruption::new(
             self.storage.segment_name(u64::from(page.addr.segment)),
