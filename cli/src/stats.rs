@@ -95,6 +95,14 @@ fn human(dir: &str, s: &kivi::Stats) -> String {
             format!("{} commits", s.replayed_at_open),
         ),
         ("torn tail", s.torn_tail.clone().unwrap_or("none".into())),
+        (
+            "damage at open",
+            if s.damage_at_open.is_empty() {
+                "none".into()
+            } else {
+                s.damage_at_open.join("; ")
+            },
+        ),
         ("last error", s.last_error.clone().unwrap_or("none".into())),
     ];
     let mut text: String = rows.iter().map(|(k, v)| format!("{k:<20} {v}\n")).collect();

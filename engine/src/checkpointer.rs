@@ -189,6 +189,8 @@ impl Inner {
             c.pages.sync()?;
             let rec = CheckpointRecord {
                 seq: v.seq,
+                // Set by the leader when it appends the record.
+                log_seq: v.seq,
                 root: root.map(|d| d.page),
                 root_level: v.root.as_ref().map_or(0, |r| r.level()),
                 page_end: c.pages.end(),

@@ -13,7 +13,7 @@ use crate::pipeline::{Pipeline, Reply, Request, Ticket, WriteOutcome};
 use crate::recovery::recover;
 use crate::version::{Reclaimer, Version};
 use arc_swap::ArcSwap;
-use kivi_log::{CommitRecord, OpRef, RecordType, SegmentIds};
+use kivi_log::{CheckpointRecord, CommitRecord, OpRef, RecordType, SegmentIds};
 use kivi_storage::{LocalDir, Storage};
 use kivi_tree::{apply, compare_keys, get_into, release_written, Pager, TreeConfig};
 use parking_lot::Mutex;
@@ -67,6 +67,8 @@ pub(crate) struct Inner {
     pub last_error: Mutex<Option<String>>,
     pub torn_tail: Option<(String, u64)>,
     pub replayed_at_open: u64,
+    /// Damage opening found in log records a checkpoint already covers.
+    pub damage_at_open: Vec<String>,
 }
 
 /// A kivi store. Cheap to clone; all clones share one store, and the store
@@ -230,6 +232,7 @@ impl Db {
             last_error: Mutex::new(None),
             torn_tail: rec.torn_tail,
             replayed_at_open: rec.replayed,
+            damage_at_open: rec.damage.iter().map(|c| c.to_string()).collect(),
         });
         if !read_only {
             Background::start(&inner);
@@ -492,7 +495,12 @@ impl Inner {
                     });
                 }
                 for (c, _) in &checkpoints {
-                    emit(RecordType::Checkpoint, &mut |out| c.encode(out, synced));
+                    // The last commit in the log precedes the record: this
+                    // group's, if it has one.
+                    let record = CheckpointRecord { log_seq: seq, ..*c };
+                    emit(RecordType::Checkpoint, &mut |out| {
+                        record.encode(out, synced)
+                    });
                 }
             },
             sync,

@@ -33,6 +33,9 @@ pub(crate) struct Recovered {
     pub max_segment_id: SegmentId,
     /// Where a torn tail was cut off, if one was.
     pub torn_tail: Option<(String, u64)>,
+    /// Damage found in the log that the newest checkpoint makes harmless
+    /// (it hid only commits the checkpoint includes): reported, not fatal.
+    pub damage: Vec<Corruption>,
     /// Commits replayed and the bytes of their records.
     pub replayed: u64,
     pub redo_bytes: u64,
@@ -129,60 +132,86 @@ pub(crate) fn recover(
     let mut last_seq: Option<u64> = None;
     let mut torn_tail = None;
     let mut log_end = None;
+    // Damage found (and skipped) in the log, each with the commits it may
+    // have hidden: from the commit after the last one seen before it, to the
+    // last one the next record says came before it.
+    let mut damage: Vec<Corruption> = Vec::new();
+    let mut hidden: Vec<(u64, u64, Corruption)> = Vec::new();
+    let mut open_damage: Option<(u64, Corruption)> = None;
     for (seg, &end) in chain.iter().zip(&ends) {
         let Some(mut scan) = scan_segment(seg.reader.clone(), seg.id, seg.name.clone(), end)?
         else {
             unreachable!("chain segments have headers")
         };
         let mut max_seq = 0;
-        while let Some(rec) = scan.next_record()? {
-            match rec.ty {
-                RecordType::Commit => {
-                    let (seq, _) = CommitRecord::decode(rec.body).map_err(|e| {
-                        corrupt(&seg.name, rec.offset, format!("commit record: {e}"))
-                    })?;
+        loop {
+            let rec = match scan.next_record() {
+                Ok(Some(rec)) => rec,
+                Ok(None) => break,
+                Err(kivi_log::Error::Corrupt(c)) => {
+                    let from = last_seq.map_or(1, |l| l + 1);
+                    open_damage.get_or_insert((from, c.clone()));
+                    damage.push(c);
+                    if scan.skip_damage()?.is_none() {
+                        break;
+                    }
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            };
+            let here = |what: String| Corruption::new(&seg.name, rec.offset, what);
+            // The last commit the log held before this record, if it says.
+            let (before, ckpt) = match rec.ty {
+                RecordType::Commit => match CommitRecord::decode(rec.body) {
+                    Ok((seq, _)) => (seq.checked_sub(1), None),
+                    Err(e) => {
+                        let c = here(format!("commit record: {e}"));
+                        open_damage.get_or_insert((last_seq.map_or(1, |l| l + 1), c.clone()));
+                        damage.push(c);
+                        continue;
+                    }
+                },
+                RecordType::Checkpoint => match CheckpointRecord::decode(rec.body) {
+                    Ok(c) => (Some(c.log_seq), Some(c)),
+                    Err(e) => {
+                        // A lost checkpoint hides no commit: an older one (or
+                        // the log from its start) still covers everything.
+                        damage.push(here(format!("checkpoint record: {e}")));
+                        continue;
+                    }
+                },
+                other => {
+                    return Err(here(format!("{other:?} record in the commit log")).into());
+                }
+            };
+            let before = before.unwrap_or(0);
+            match open_damage.take() {
+                Some((from, c)) if before >= from => hidden.push((from, before, c)),
+                Some(_) => {}
+                None => {
                     if let Some(last) = last_seq {
-                        if seq != last + 1 {
-                            return Err(corrupt(
-                                &seg.name,
-                                rec.offset,
-                                format!("commit {seq} follows commit {last}"),
-                            ));
+                        if before != last {
+                            return Err(here(format!(
+                                "the record follows commit {before}, but the log's last was {last}"
+                            ))
+                            .into());
                         }
                     }
+                }
+            }
+            match ckpt {
+                None => {
+                    let seq = before + 1;
                     first_seq.get_or_insert(seq);
                     last_seq = Some(seq);
                     max_seq = seq;
                 }
-                RecordType::Checkpoint => {
-                    let c = CheckpointRecord::decode(rec.body).map_err(|e| {
-                        corrupt(&seg.name, rec.offset, format!("checkpoint record: {e}"))
-                    })?;
-                    if last_seq.is_some_and(|last| c.seq > last) {
-                        return Err(corrupt(
-                            &seg.name,
-                            rec.offset,
-                            format!(
-                                "checkpoint includes commit {} that the log never had",
-                                c.seq
-                            ),
-                        ));
-                    }
+                Some(c) => {
                     if checkpoint.is_some_and(|prev| c.seq < prev.seq) {
-                        return Err(corrupt(
-                            &seg.name,
-                            rec.offset,
-                            "checkpoint older than the one before it",
-                        ));
+                        return Err(here("checkpoint older than the one before it".into()).into());
                     }
+                    last_seq = Some(c.log_seq);
                     checkpoint = Some(c);
-                }
-                other => {
-                    return Err(corrupt(
-                        &seg.name,
-                        rec.offset,
-                        format!("{other:?} record in the commit log"),
-                    ));
                 }
             }
         }
@@ -195,6 +224,15 @@ pub(crate) fn recover(
             max_seq,
             bytes: scan.valid_end(),
         });
+    }
+    // Damage is bearable only where a checkpoint covers every commit it may
+    // have hidden; otherwise acknowledged commits would be missing.
+    if let Some((_, c)) = open_damage {
+        return Err(c.into());
+    }
+    let covered = checkpoint.map_or(0, |c| c.seq);
+    if let Some((_, _, c)) = hidden.into_iter().find(|&(_, to, _)| to > covered) {
+        return Err(c.into());
     }
 
     let base_seq = checkpoint.map_or(0, |c| c.seq);
@@ -270,11 +308,23 @@ pub(crate) fn recover(
         }
         let mut scan =
             scan_segment(seg.reader.clone(), seg.id, seg.name.clone(), end)?.expect("header");
-        while let Some(rec) = scan.next_record()? {
+        loop {
+            let rec = match scan.next_record() {
+                Ok(Some(rec)) => rec,
+                Ok(None) => break,
+                // Pass 1 found this damage hides only commits the checkpoint has.
+                Err(kivi_log::Error::Corrupt(_)) => match scan.skip_damage()? {
+                    Some(_) => continue,
+                    None => break,
+                },
+                Err(e) => return Err(e.into()),
+            };
             if rec.ty != RecordType::Commit {
                 continue;
             }
-            let (seq, ops) = CommitRecord::decode(rec.body).expect("validated in pass 1");
+            let Ok((seq, ops)) = CommitRecord::decode(rec.body) else {
+                continue; // damage pass 1 found covered by the checkpoint
+            };
             if seq <= base_seq {
                 continue;
             }
@@ -344,6 +394,7 @@ pub(crate) fn recover(
         garbage,
         max_segment_id,
         torn_tail,
+        damage,
         replayed,
         redo_bytes,
     })

@@ -45,6 +45,9 @@ pub struct Stats {
     pub failed_checkpoints: u64,
     /// Commits replayed when the store was opened.
     pub replayed_at_open: u64,
+    /// Damage opening found in log records that a checkpoint already covers
+    /// (so nothing was lost); `check` reports it too.
+    pub damage_at_open: Vec<String>,
     /// Where opening cut off a torn tail, if it did.
     pub torn_tail: Option<String>,
     /// The most recent background error, if any.
@@ -80,6 +83,7 @@ impl Db {
             checkpoints: c.checkpoints.load(Ordering::Relaxed),
             failed_checkpoints: c.failed_checkpoints.load(Ordering::Relaxed),
             replayed_at_open: inner.replayed_at_open,
+            damage_at_open: inner.damage_at_open.clone(),
             torn_tail: inner
                 .torn_tail
                 .as_ref()

@@ -271,3 +271,83 @@ fn a_page_segment_gone_missing_is_reported_as_corruption() {
     assert!(err.to_string().contains("does not exist"), "{err}");
     assert!(!db.check().unwrap().is_healthy());
 }
+
+/// Writes `rounds` batches into a simulated store, with a checkpoint after
+/// `checkpoint_after` of them, and returns the store and the offsets of the
+/// commit records in the first commit segment.
+fn commits_around_a_checkpoint(
+    checkpoint_after: u32,
+    rounds: u32,
+) -> (kivi::storage::SimStorage, Vec<(u64, usize)>) {
+    use kivi::storage::{SimStorage, Storage};
+    let sim = SimStorage::new();
+    let opts = Options {
+        checkpoint_bytes: 1 << 30,
+        ..Options::default()
+    };
+    let db = Db::open_with_storage(std::sync::Arc::new(sim.clone()), opts).unwrap();
+    for round in 0..rounds {
+        let mut b = WriteBatch::new();
+        for i in 0..50u32 {
+            b.put(
+                format!("r{round:02}k{i:03}").into_bytes(),
+                vec![round as u8; 30],
+            )
+            .unwrap();
+        }
+        db.write(b).unwrap();
+        if round + 1 == checkpoint_after {
+            db.checkpoint().unwrap();
+        }
+    }
+    drop(db);
+    // Commit records (type 2) of the oldest segment, found by walking its records.
+    let first = sim.list_segments().unwrap()[0];
+    let bytes = sim.segment_bytes(first).unwrap();
+    let mut records = Vec::new();
+    let mut at = 62usize;
+    while at + 9 <= bytes.len() {
+        let len = u32::from_le_bytes(bytes[at + 4..at + 8].try_into().unwrap()) as usize;
+        if bytes[at + 8] == 2 {
+            records.push((first, at));
+        }
+        at += 9 + len;
+    }
+    (sim, records)
+}
+
+#[test]
+fn damage_a_checkpoint_covers_is_reported_and_the_store_still_opens() {
+    use std::sync::Arc;
+    let (sim, commits) = commits_around_a_checkpoint(6, 6);
+    assert!(commits.len() >= 6, "{commits:?}");
+    // Damage the second commit record: the checkpoint includes it.
+    let (seg, at) = commits[1];
+    sim.corrupt(seg, at + 20, b"XX");
+    let db = Db::open_with_storage(Arc::new(sim.clone()), Options::default()).unwrap();
+    for round in 0..6u32 {
+        for i in 0..50u32 {
+            let k = format!("r{round:02}k{i:03}").into_bytes();
+            assert_eq!(db.get(&k).unwrap(), Some(vec![round as u8; 30]));
+        }
+    }
+    let damage = db.stats().unwrap().damage_at_open;
+    assert_eq!(damage.len(), 1, "{damage:?}");
+    assert!(damage[0].contains(&format!("offset {at}")), "{damage:?}");
+    assert!(
+        !db.check().unwrap().is_healthy(),
+        "check must report the damage too"
+    );
+}
+
+#[test]
+fn damage_to_a_commit_no_checkpoint_covers_still_refuses_to_open() {
+    use std::sync::Arc;
+    // Checkpoint after 3 batches; damage the 5th commit, which only the log holds.
+    let (sim, commits) = commits_around_a_checkpoint(3, 6);
+    let (seg, at) = commits[4];
+    sim.corrupt(seg, at + 20, b"XX");
+    let err = Db::open_with_storage(Arc::new(sim), Options::default()).unwrap_err();
+    assert!(err.is_corruption(), "{err}");
+    assert!(err.to_string().contains(&format!("offset {at}")), "{err}");
+}

@@ -128,6 +128,10 @@ impl CommitRecord {
 pub struct CheckpointRecord {
     /// Every commit with a sequence number up to this one is in the tree.
     pub seq: u64,
+    /// The last commit appended to the log before this record (at least
+    /// `seq`; set when the record is appended). Bounds what damage just
+    /// before the record could have hidden.
+    pub log_seq: u64,
     /// The root page; `None` for an empty tree.
     pub root: Option<PageRef>,
     /// Level of the root page (0 = leaf).
@@ -146,6 +150,7 @@ impl CheckpointRecord {
     pub fn encode(&self, out: &mut Vec<u8>, synced_through: u64) {
         out.extend_from_slice(&synced_through.to_le_bytes());
         out.extend_from_slice(&self.seq.to_le_bytes());
+        out.extend_from_slice(&self.log_seq.to_le_bytes());
         match self.root {
             None => out.push(0),
             Some(r) => {
@@ -164,6 +169,10 @@ impl CheckpointRecord {
         let mut r = Reader::new(body);
         let _synced_through = r.u64()?;
         let seq = r.u64()?;
+        let log_seq = r.u64()?;
+        if log_seq < seq {
+            return Err(r.err("checkpoint covers commits past the log's last"));
+        }
         let root = match r.u8()? {
             0 => None,
             1 => Some(PageRef::decode(&mut r)?),
@@ -192,6 +201,7 @@ impl CheckpointRecord {
         }
         Ok(CheckpointRecord {
             seq,
+            log_seq,
             root,
             root_level,
             page_end,
@@ -236,6 +246,7 @@ mod tests {
     fn checkpoint_round_trips() {
         let c = CheckpointRecord {
             seq: 7,
+            log_seq: 9,
             root: Some(PageRef {
                 addr: Addr {
                     segment: 3,

@@ -233,10 +233,37 @@ impl SegmentScan {
     /// durable when it was written (a record that makes no claim, a segment
     /// header or a page, counts as saying everything before it was).
     fn find_proof_of_sync_after(&self, bad: u64) -> Result<Option<u64>, Error> {
+        self.find_record_after(bad, self.file_len, &|ty, body, q| {
+            synced_claim(ty, body).unwrap_or(q) > bad
+        })
+    }
+
+    /// After [`SegmentScan::next_record`] reported damage, moves past it to
+    /// the next valid record and returns where that is, or `None` (and ends
+    /// the scan) if no valid record follows in the segment's valid range.
+    /// Lets a reader that can do without the damaged records (recovery, when
+    /// a checkpoint covers them) read the rest.
+    pub fn skip_damage(&mut self) -> Result<Option<u64>, Error> {
+        let next = self.find_record_after(self.pos, self.limit, &|_, _, _| true)?;
+        match next {
+            Some(q) => self.pos = q,
+            None => self.pos = self.limit,
+        }
+        Ok(next)
+    }
+
+    /// The first position after `bad` where a valid record, ending by `end`,
+    /// starts and satisfies `accept`.
+    fn find_record_after(
+        &self,
+        bad: u64,
+        end: u64,
+        accept: &dyn Fn(RecordType, &[u8], u64) -> bool,
+    ) -> Result<Option<u64>, Error> {
         let mut start = bad + 1;
         let mut chunk = vec![0u8; CHUNK + RECORD_HEADER_LEN];
-        while start + RECORD_HEADER_LEN as u64 <= self.file_len {
-            let n = ((self.file_len - start) as usize).min(chunk.len());
+        while start + RECORD_HEADER_LEN as u64 <= end {
+            let n = ((end - start) as usize).min(chunk.len());
             self.reader.read_at(start, &mut chunk[..n])?;
             let last = n - RECORD_HEADER_LEN;
             for i in 0..=last.min(CHUNK - 1) {
@@ -247,13 +274,13 @@ impl SegmentScan {
                 }
                 let len = u32::from_le_bytes(h[4..8].try_into().expect("4 bytes")) as u64;
                 let total = RECORD_HEADER_LEN as u64 + len;
-                if len as usize > MAX_RECORD_BODY || q + total > self.file_len {
+                if len as usize > MAX_RECORD_BODY || q + total > end {
                     continue;
                 }
                 let mut rec = vec![0u8; total as usize];
                 self.reader.read_at(q, &mut rec)?;
                 if let Ok((ty, body, _)) = decode_record_at(&rec, self.id, q) {
-                    if synced_claim(ty, body).unwrap_or(q) > bad {
+                    if accept(ty, body, q) {
                         return Ok(Some(q));
                     }
                 }
