@@ -11,9 +11,7 @@ mod bench;
 mod codec;
 mod commands;
 mod error;
-mod kv40;
 mod load;
-mod measure;
 mod progress;
 mod stats;
 
@@ -110,13 +108,16 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Measure kivi on kv40 data (40-byte keys and values) in a scratch directory
+    /// Measure kivi, and other stores, on kv40 data (40-byte keys and values)
     #[command(
-        long_about = "Measure kivi on kv40 data (40-byte keys and values): durable \
-        bulk insert, random reads, durable random updates, a full ordered scan, single durable \
-        puts (p50/p99), 64 concurrent writers, and the machine's own fdatasync latency.\n\n\
-        DIR is deleted and recreated first; a DIR that exists and is neither a kivi store nor \
-        a previous bench directory is refused. The global -d, --hex and --no-fsync options do \
+        long_about = "Measure kivi, and with a build with `--features peers` the stores users \
+        would pick instead, on kv40 data (40-byte keys and values): the workloads of \
+        shared/workloads.md, every write durable, every read checked, rounds interleaving the \
+        stores; then a table per workload with each store's best round and its ratio to kivi. \
+        Before the rounds, a durability check counts each store's fsync-family calls per commit \
+        under strace.\n\n\
+        DIR is deleted and recreated first; a DIR that exists and is neither empty nor a \
+        previous bench directory is refused. The global -d, --hex and --no-fsync options do \
         not apply."
     )]
     Bench(bench::BenchArgs),

@@ -9,20 +9,6 @@ fn visible() -> bool {
     std::io::stderr().is_terminal()
 }
 
-/// A bar counting `len` units towards a known end.
-pub fn bar(len: u64, message: &str) -> ProgressBar {
-    if !visible() {
-        return ProgressBar::hidden();
-    }
-    let pb = ProgressBar::new(len);
-    let style = ProgressStyle::with_template("{msg:34} [{bar:30}] {human_pos}/{human_len} ({eta})")
-        .expect("valid template")
-        .progress_chars("=> ");
-    pb.set_style(style);
-    pb.set_message(message.to_string());
-    pb
-}
-
 /// A bar of bytes, for reading a file of known size.
 pub fn bytes(len: u64, message: &str) -> ProgressBar {
     if !visible() {

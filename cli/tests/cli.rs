@@ -459,7 +459,7 @@ fn bench_smoke_run_prints_every_figure() {
     let dir = tmp.path().join("bench");
     let json = tmp.path().join("bench.json");
     let out = Command::new(KIVI)
-        .args(["bench", "-n", "10000", "--dir"])
+        .args(["bench", "-n", "10000", "--rounds", "2", "--dir"])
         .arg(&dir)
         .arg("--json")
         .arg(&json)
@@ -467,40 +467,81 @@ fn bench_smoke_run_prints_every_figure() {
         .unwrap();
     assert_success(&out, &["bench"]);
     let said = stdout(&out);
-    for figure in [
-        "bulk insert",
-        "random read",
-        "random update",
-        "full scan",
-        "single durable put",
-        "64 threads",
-        "fdatasync",
-        "bytes per pair",
-        "x the fdatasync p50",
-    ] {
-        assert!(said.contains(figure), "{figure} missing:\n{said}");
+    let throughput = [
+        "bulk_insert",
+        "random_read",
+        "random_update",
+        "random_mixed",
+        "range_scan",
+        "hotspot_read",
+        "single_put",
+        "concurrent_put_1",
+        "concurrent_put_2",
+        "concurrent_put_8",
+        "concurrent_put_64",
+    ];
+    let space = ["space_after_load", "space_after_updates", "space_steady"];
+    for w in throughput
+        .iter()
+        .chain(&space)
+        .chain(&["recovery", "fdatasync", "best of 2 round(s)"])
+    {
+        assert!(said.contains(w), "{w} missing:\n{said}");
     }
     let lines: Vec<serde_json::Value> = fs::read_to_string(&json)
         .unwrap()
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    assert_eq!(lines.len(), 7);
-    for l in &lines {
-        assert_eq!(l["store"], "kivi");
-        assert_eq!(l["n"], 10000);
-        assert!(l["ops_per_sec"].as_f64().unwrap() > 0.0, "{l}");
-        assert!(l["cpu_us_per_op"].is_f64(), "{l}");
+    for round in [1, 2] {
+        let of_round = |w: &str| {
+            lines
+                .iter()
+                .find(|l| l["round"] == round && l["workload"] == w && l["store"] == "kivi")
+                .unwrap_or_else(|| panic!("no {w} in round {round}"))
+        };
+        for w in throughput {
+            let l = of_round(w);
+            assert_eq!(l["n"], 10000);
+            assert!(l["ops_per_sec"].as_f64().unwrap() > 0.0, "{l}");
+            assert!(l["cpu_us_per_op"].is_f64(), "{l}");
+            assert!(l.get("peak_rss_bytes").is_some(), "{l}");
+        }
+        for w in space {
+            let l = of_round(w);
+            assert!(l["bytes_per_pair"].as_f64().unwrap() > 40.0, "{l}");
+            assert!(l["ops_per_sec"].is_null(), "{l}");
+        }
+        assert!(of_round("single_put")["p50_us"].as_f64().unwrap() > 0.0);
+        assert!(of_round("recovery")["reopen_seconds"].as_f64().unwrap() > 0.0);
     }
-    let single = lines
-        .iter()
-        .find(|l| l["workload"] == "single_put")
-        .unwrap();
-    assert!(single["p50_us"].as_f64().unwrap() > 0.0 && single["bytes_per_pair"].is_null());
+    let machine = lines.iter().find(|l| l["store"] == "machine").unwrap();
+    assert_eq!(machine["workload"], "fdatasync");
+    assert!(machine["p50_us"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn bench_refuses_unknown_stores_and_workloads() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        Command::new(KIVI)
+            .arg("bench")
+            .args(args)
+            .arg("--dir")
+            .arg(tmp.path().join("b"))
+            .output()
+            .unwrap()
+    };
+    let out = run(&["--stores", "kivi,nosuchdb", "-n", "100"]);
+    assert_eq!(out.status.code(), Some(2));
     assert!(
-        lines[0]["bytes_per_pair"].as_f64().unwrap() > 80.0,
-        "kv40 pairs are 80 bytes"
+        stderr(&out).contains("unknown store \"nosuchdb\""),
+        "{}",
+        stderr(&out)
     );
+    let out = run(&["--workloads", "0-3"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("workload"), "{}", stderr(&out));
 }
 
 #[test]

@@ -93,6 +93,38 @@ pub fn nanos_since(t: Instant) -> u64 {
     t.elapsed().as_nanos().try_into().unwrap_or(u64::MAX)
 }
 
+/// Resets the process's peak resident set size (Linux: writing 5 to
+/// /proc/self/clear_refs), so the next [`peak_rss`] covers what follows.
+pub fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+/// The process's peak resident set size in bytes since the last reset
+/// (VmHWM), if the system says.
+pub fn peak_rss() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// Bytes the files under `dir` occupy on disk (allocated blocks, so
+/// preallocated or sparse files count what they really take).
+pub fn disk_bytes(dir: &std::path::Path) -> std::io::Result<u64> {
+    use std::os::unix::fs::MetadataExt;
+    let mut total = 0;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let meta = entry.metadata()?;
+        total += if meta.is_dir() {
+            disk_bytes(&entry.path())?
+        } else {
+            meta.blocks() * 512
+        };
+    }
+    Ok(total)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

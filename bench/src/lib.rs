@@ -1,0 +1,423 @@
+//! kivi's benchmark suite: the workloads of `shared/workloads.md`, run on
+//! kivi and, with the `peers` feature, on the stores a user would pick
+//! instead (LMDB, RocksDB, LevelDB, redb, fjall), in the same run on the
+//! same machine, rounds interleaving the stores.
+//!
+//! Each round gives every store a fresh directory and runs the selected
+//! workloads in order (a workload that needs data finds it loaded by
+//! workload 1, run untimed if not selected). Results go to a table with
+//! each store's figure and its ratio to kivi, and to JSON lines.
+
+pub mod kv40;
+pub mod measure;
+mod report;
+pub mod stores;
+mod syncs;
+pub mod workloads;
+
+pub use syncs::sync_child;
+
+use measure::{disk_bytes, peak_rss, reset_peak_rss, Figure};
+use serde::Serialize;
+use std::fs;
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use stores::{Kind, Store, StoreError};
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub stores: Vec<String>,
+    /// Workload numbers, 1 to 10.
+    pub workloads: Vec<u32>,
+    pub n: u64,
+    pub rounds: u32,
+    pub dir: PathBuf,
+    /// Where to write JSON lines, if anywhere.
+    pub json: Option<PathBuf>,
+    /// The program to run as a child for workload 10 and the sync check
+    /// (normally the running `kivi` binary).
+    pub program: PathBuf,
+}
+
+/// One figure, as written to the JSON lines.
+#[derive(Debug, Clone, Serialize)]
+pub struct Record {
+    pub store: String,
+    pub workload: String,
+    pub n: u64,
+    pub round: u32,
+    pub ops_per_sec: Option<f64>,
+    pub cpu_us_per_op: Option<f64>,
+    pub p50_us: Option<f64>,
+    pub p99_us: Option<f64>,
+    pub bytes_per_pair: Option<f64>,
+    pub peak_rss_bytes: Option<u64>,
+    /// Workload 10: seconds from open to the first checked read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reopen_seconds: Option<f64>,
+    /// The durability check: fsync-family calls per durable commit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub syncs_per_commit: Option<f64>,
+}
+
+impl Record {
+    fn new(store: &str, workload: &str, n: u64, round: u32) -> Record {
+        Record {
+            store: store.to_string(),
+            workload: workload.to_string(),
+            n,
+            round,
+            ops_per_sec: None,
+            cpu_us_per_op: None,
+            p50_us: None,
+            p99_us: None,
+            bytes_per_pair: None,
+            peak_rss_bytes: None,
+            reopen_seconds: None,
+            syncs_per_commit: None,
+        }
+    }
+
+    fn of(store: &str, f: &Figure, n: u64, round: u32) -> Record {
+        Record {
+            ops_per_sec: Some(f.ops_per_sec()),
+            cpu_us_per_op: Some(f.cpu_us_per_op()),
+            p50_us: f.p50_us,
+            p99_us: f.p99_us,
+            peak_rss_bytes: peak_rss(),
+            ..Record::new(store, f.workload, n, round)
+        }
+    }
+}
+
+/// Everything that can stop a run.
+#[derive(Debug)]
+pub struct BenchError(pub String);
+
+impl std::fmt::Display for BenchError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BenchError {}
+
+impl From<StoreError> for BenchError {
+    fn from(e: StoreError) -> Self {
+        BenchError(e.0)
+    }
+}
+
+fn io_err(what: impl std::fmt::Display, e: std::io::Error) -> BenchError {
+    BenchError(format!("{what}: {e}"))
+}
+
+/// Workloads 8 run with these thread counts.
+pub const THREAD_COUNTS: [u64; 4] = [1, 2, 8, 64];
+/// Left in the bench directory so a later run knows it may delete it.
+const MARKER: &str = "KIVI-BENCH";
+/// Appends timed by the fdatasync probe, and their size.
+const SYNC_PROBES: u64 = 1000;
+const SYNC_PROBE_BYTES: usize = 80;
+/// The long random-update run of workload 9 (steady-state space), in multiples of n.
+const STEADY_UPDATES: u64 = 3;
+
+/// Runs the suite, printing progress lines and the final tables to `out`.
+pub fn run(cfg: &Config, out: &mut dyn Write) -> Result<Vec<Record>, BenchError> {
+    let kinds: Vec<Kind> = cfg
+        .stores
+        .iter()
+        .map(|name| {
+            stores::kind(name).ok_or_else(|| {
+                let known: Vec<&str> = stores::kinds().iter().map(|k| k.name).collect();
+                BenchError(format!(
+                    "unknown store {name:?}; this build has: {} (build with --features peers for the others)",
+                    known.join(", ")
+                ))
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    if let Some(w) = cfg.workloads.iter().find(|w| !(1..=10).contains(*w)) {
+        return Err(BenchError(format!(
+            "no workload {w}; they are numbered 1 to 10"
+        )));
+    }
+    prepare_dir(&cfg.dir)?;
+    let mut json = match &cfg.json {
+        Some(p) => {
+            Some(fs::File::create(p).map_err(|e| io_err(format!("create {}", p.display()), e))?)
+        }
+        None => None,
+    };
+    let mut records = Vec::new();
+    let mut emit = |out: &mut dyn Write, r: Record| -> Result<(), BenchError> {
+        if let Some(f) = json.as_mut() {
+            let line = serde_json::to_string(&r).expect("records serialize");
+            writeln!(f, "{line}").map_err(|e| io_err("write JSON", e))?;
+        }
+        writeln!(out, "{}", report::line(&r)).map_err(|e| io_err("write output", e))?;
+        records.push(r);
+        Ok(())
+    };
+    writeln!(out, "{}", report::header(cfg, &kinds)).map_err(|e| io_err("write output", e))?;
+
+    for r in syncs::check(cfg, &kinds, out)? {
+        emit(out, r)?;
+    }
+    for round in 1..=cfg.rounds {
+        emit(out, fdatasync_probe(&cfg.dir, cfg.n, round)?)?;
+        for kind in &kinds {
+            let dir = cfg.dir.join(format!("round{round}-{}", kind.name));
+            for r in run_store(cfg, kind, &dir, round)? {
+                emit(out, r)?;
+            }
+            fs::remove_dir_all(&dir).map_err(|e| io_err(format!("delete {}", dir.display()), e))?;
+        }
+    }
+    write!(out, "{}", report::tables(cfg, &records)).map_err(|e| io_err("write output", e))?;
+    Ok(records)
+}
+
+fn wants(cfg: &Config, w: u32) -> bool {
+    cfg.workloads.contains(&w)
+}
+
+/// A progress bar for a workload, counting operations.
+fn bar(len: u64, what: String) -> indicatif::ProgressBar {
+    use std::io::IsTerminal;
+    if !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let pb = indicatif::ProgressBar::new(len);
+    let style = indicatif::ProgressStyle::with_template(
+        "{msg:34} [{bar:30}] {human_pos}/{human_len} ({eta})",
+    )
+    .expect("valid template")
+    .progress_chars("=> ");
+    pb.set_style(style);
+    pb.set_message(what);
+    pb
+}
+
+/// Runs one workload with a progress bar.
+fn timed<T>(store: &str, name: &str, len: u64, f: impl FnOnce(&(dyn Fn(u64) + Sync)) -> T) -> T {
+    let pb = bar(len, format!("{store}: {name}"));
+    let result = f(&|k| pb.inc(k));
+    pb.finish_and_clear();
+    result
+}
+
+fn space(
+    store: &dyn Store,
+    dir: &Path,
+    name: &str,
+    label: &str,
+    n: u64,
+    round: u32,
+) -> Result<Record, BenchError> {
+    store.settle()?;
+    let bytes = disk_bytes(dir).map_err(|e| io_err(format!("measure {}", dir.display()), e))?;
+    Ok(Record {
+        bytes_per_pair: Some(bytes as f64 / n as f64),
+        ..Record::new(name, label, n, round)
+    })
+}
+
+/// All selected workloads on one store in `dir`, in order.
+fn run_store(cfg: &Config, kind: &Kind, dir: &Path, round: u32) -> Result<Vec<Record>, BenchError> {
+    let (n, name) = (cfg.n, kind.name);
+    let mut out = Vec::new();
+    reset_peak_rss();
+    let store = (kind.open)(dir)?;
+    let s: &dyn Store = store.as_ref();
+    let load = timed(name, "1 bulk insert", n, |t| {
+        workloads::bulk_insert(s, n, t)
+    })?;
+    if wants(cfg, 1) {
+        out.push(Record::of(name, &load, n, round));
+    }
+    if wants(cfg, 9) {
+        out.push(space(s, dir, name, "space_after_load", n, round)?);
+    }
+    if wants(cfg, 2) {
+        let f = timed(name, "2 random read", n, |t| {
+            workloads::random_read(s, n, t)
+        })?;
+        out.push(Record::of(name, &f, n, round));
+    }
+    if wants(cfg, 3) {
+        let f = timed(name, "3 random update", n, |t| {
+            workloads::random_update(s, n, 0x5eed_0003, t)
+        })?;
+        out.push(Record::of(name, &f, n, round));
+    }
+    if wants(cfg, 4) {
+        let f = timed(name, "4 random mixed", n, |t| {
+            workloads::random_mixed(s, n, t)
+        })?;
+        out.push(Record::of(name, &f, n, round));
+    }
+    if wants(cfg, 9) {
+        out.push(space(s, dir, name, "space_after_updates", n, round)?);
+    }
+    if wants(cfg, 5) {
+        let f = timed(name, "5 range scan", n, |t| workloads::range_scan(s, n, t))?;
+        out.push(Record::of(name, &f, n, round));
+    }
+    if wants(cfg, 6) {
+        let f = timed(name, "6 hot-spot read", n, |t| {
+            workloads::hotspot_read(s, n, t)
+        })?;
+        out.push(Record::of(name, &f, n, round));
+    }
+    if wants(cfg, 7) {
+        let f = timed(name, "7 single put", workloads::SINGLE_PUTS, |t| {
+            workloads::single_put(s, n, t)
+        })?;
+        out.push(Record::of(name, &f, n, round));
+    }
+    if wants(cfg, 8) {
+        for threads in THREAD_COUNTS {
+            // A fifth of n (200,000 for a million pairs: a few seconds at 100K/s).
+            let total = (n / 5).clamp(1_000, 200_000) / threads * threads;
+            let label = format!("8 concurrent put, {threads} threads");
+            let f = timed(name, &label, total, |t| {
+                workloads::concurrent_put(s, n, threads, total, t)
+            })?;
+            out.push(Record::of(name, &f, n, round));
+        }
+    }
+    if wants(cfg, 9) {
+        let updates = STEADY_UPDATES * n;
+        timed(name, "9 long random-update run", updates, |t| {
+            workloads::random_update(s, updates, 0x5eed_0009, t).map(|_| ())
+        })?;
+        out.push(space(s, dir, name, "space_steady", n, round)?);
+    }
+    drop(store);
+    if wants(cfg, 10) {
+        out.push(recovery(cfg, kind, dir, round)?);
+    }
+    Ok(out)
+}
+
+/// 10: kill -9 a child process in the middle of random updates on the
+/// store in `dir`, then time opening it and one checked read.
+fn recovery(cfg: &Config, kind: &Kind, dir: &Path, round: u32) -> Result<Record, BenchError> {
+    let mut child = std::process::Command::new(&cfg.program)
+        .args(["bench", "--internal-update-child", kind.name])
+        .arg(dir)
+        .arg(cfg.n.to_string())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| io_err(format!("start {}", cfg.program.display()), e))?;
+    let mut line = String::new();
+    let stdout = child.stdout.take().expect("piped");
+    std::io::BufReader::new(stdout)
+        .read_line(&mut line)
+        .map_err(|e| io_err("read the update child", e))?;
+    if line.trim() != "updating" {
+        let _ = child.kill();
+        return Err(BenchError(format!(
+            "{}: the update child did not start: {line:?}",
+            kind.name
+        )));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    child
+        .kill()
+        .map_err(|e| io_err("kill the update child", e))?;
+    child
+        .wait()
+        .map_err(|e| io_err("reap the update child", e))?;
+    let t = Instant::now();
+    let store = (kind.open)(dir)?;
+    let mut value = Vec::new();
+    let found = store.get(&kv40::key(0), &mut value)?;
+    let seconds = t.elapsed().as_secs_f64();
+    if !found || kv40::index_of(&value) != Some(0) {
+        return Err(BenchError(format!(
+            "{}: key 0 is wrong after the kill",
+            kind.name
+        )));
+    }
+    Ok(Record {
+        reopen_seconds: Some(seconds),
+        ..Record::new(kind.name, "recovery", cfg.n, round)
+    })
+}
+
+/// The child of workload 10: random updates on the store in `dir` until it
+/// is killed. Prints "updating" once it has started.
+pub fn update_child(store: &str, dir: &Path, n: u64) -> Result<(), BenchError> {
+    let kind = stores::kind(store).ok_or_else(|| BenchError(format!("unknown store {store}")))?;
+    let s = (kind.open)(dir)?;
+    println!("updating");
+    std::io::stdout().flush().map_err(|e| io_err("write", e))?;
+    let mut seed = 0x5eed_0010;
+    loop {
+        workloads::random_update(s.as_ref(), n, seed, &|_| ())?;
+        seed += 1;
+    }
+}
+
+/// The machine's own fdatasync latency: small appends, each synced.
+fn fdatasync_probe(dir: &Path, n: u64, round: u32) -> Result<Record, BenchError> {
+    let path = dir.join("fdatasync-probe");
+    let mut f = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .map_err(|e| io_err(format!("create {}", path.display()), e))?;
+    let buf = [0x5au8; SYNC_PROBE_BYTES];
+    let mut nanos = Vec::with_capacity(SYNC_PROBES as usize);
+    let meter = measure::Meter::start();
+    for _ in 0..SYNC_PROBES {
+        f.write_all(&buf).map_err(|e| io_err("append", e))?;
+        let t = Instant::now();
+        f.sync_data().map_err(|e| io_err("fdatasync", e))?;
+        nanos.push(measure::nanos_since(t));
+    }
+    let fig = meter
+        .finish("fdatasync", "fdatasync of an 80-byte append", SYNC_PROBES)
+        .with_latencies(nanos);
+    drop(f);
+    let _ = fs::remove_file(&path);
+    Ok(Record::of("machine", &fig, n, round))
+}
+
+/// Deletes and recreates `dir`, but only when that loses nothing of the
+/// user's: it must not exist, be empty, or be a previous bench directory.
+fn prepare_dir(dir: &Path) -> Result<(), BenchError> {
+    let shown = dir.display();
+    match fs::symlink_metadata(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io_err(format!("inspect {shown}"), e)),
+        Ok(m) if !m.is_dir() => {
+            return Err(BenchError(format!(
+                "bench directory {shown} exists and is not a directory; refusing to replace it"
+            )))
+        }
+        Ok(_) => {
+            let empty = fs::read_dir(dir)
+                .map_err(|e| io_err(format!("list {shown}"), e))?
+                .next()
+                .is_none();
+            if !empty && !dir.join(MARKER).exists() {
+                return Err(BenchError(format!(
+                    "bench directory {shown} exists and is not a previous bench directory; \
+                     refusing to delete it (choose another --dir)"
+                )));
+            }
+            fs::remove_dir_all(dir).map_err(|e| io_err(format!("delete {shown}"), e))?;
+        }
+    }
+    fs::create_dir_all(dir).map_err(|e| io_err(format!("create {shown}"), e))?;
+    fs::write(
+        dir.join(MARKER),
+        "Scratch directory of `kivi bench`; each run deletes and recreates it.\n",
+    )
+    .map_err(|e| io_err(format!("write {}", dir.join(MARKER).display()), e))
+}

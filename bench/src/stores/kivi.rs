@@ -1,0 +1,51 @@
+//! kivi itself, with its defaults: durable (fdatasync) commits.
+
+use super::{err, Kind, Result, Store};
+use kivi::{Db, Options, WriteBatch};
+use std::path::Path;
+
+pub const KIND: Kind = Kind {
+    name: "kivi",
+    library: "kivi (this repository)",
+    durability: "default options: every write returns after fdatasync",
+    open,
+};
+
+struct Kivi(Db);
+
+fn open(dir: &Path) -> Result<Box<dyn Store>> {
+    let db = Db::open(dir, Options::default()).map_err(|e| err("kivi", e))?;
+    Ok(Box::new(Kivi(db)))
+}
+
+impl Store for Kivi {
+    fn write_batch(&self, pairs: &[(&[u8], &[u8])]) -> Result<()> {
+        let mut batch = WriteBatch::new();
+        for (k, v) in pairs {
+            batch.put(*k, *v).map_err(|e| err("kivi", e))?;
+        }
+        self.0.write(batch).map(|_| ()).map_err(|e| err("kivi", e))
+    }
+
+    fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.0.put(key, value).map_err(|e| err("kivi", e))
+    }
+
+    fn get(&self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+        self.0.get_into(key, out).map_err(|e| err("kivi", e))
+    }
+
+    fn scan(&self, visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
+        let mut scan = self.0.scan::<&[u8], _>(..);
+        while let Some((k, v)) = scan.next().map_err(|e| err("kivi", e))? {
+            if !visit(k, v) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn settle(&self) -> Result<()> {
+        self.0.checkpoint().map_err(|e| err("kivi", e))
+    }
+}

@@ -1,0 +1,83 @@
+//! The stores under test, each behind the same narrow interface and each
+//! configured for durable commits: a write call returns only after the
+//! store has synced (fsync/fdatasync) what it wrote.
+
+use std::path::Path;
+
+#[cfg(feature = "peers")]
+mod ffi_util;
+#[cfg(feature = "peers")]
+mod fjall;
+mod kivi;
+#[cfg(feature = "peers")]
+mod leveldb;
+#[cfg(feature = "peers")]
+mod lmdb;
+#[cfg(feature = "peers")]
+mod redb;
+#[cfg(feature = "peers")]
+mod rocksdb;
+
+/// An error from a store, in words.
+#[derive(Debug)]
+pub struct StoreError(pub String);
+
+impl std::fmt::Display for StoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for StoreError {}
+
+pub type Result<T> = std::result::Result<T, StoreError>;
+
+/// Turns any displayable error into a [`StoreError`] naming its store.
+pub fn err(store: &str, what: impl std::fmt::Display) -> StoreError {
+    StoreError(format!("{store}: {what}"))
+}
+
+/// One open store. Shared between threads by the concurrent workload.
+pub trait Store: Send + Sync {
+    /// Writes `pairs` atomically and durably: returns after they are synced.
+    fn write_batch(&self, pairs: &[(&[u8], &[u8])]) -> Result<()>;
+    /// One pair, its own durable commit.
+    fn put(&self, key: &[u8], value: &[u8]) -> Result<()>;
+    /// Reads the value of `key` into `out`; `Ok(false)` when absent.
+    fn get(&self, key: &[u8], out: &mut Vec<u8>) -> Result<bool>;
+    /// Calls `visit` on every pair in key order until it returns `false`.
+    fn scan(&self, visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()>;
+    /// Lets background work settle before space is measured (flushing
+    /// memtables, checkpoints); changes nothing about durability.
+    fn settle(&self) -> Result<()>;
+}
+
+/// A kind of store: how to open one, and what it is, for the report.
+pub struct Kind {
+    pub name: &'static str,
+    /// The library used and how, for docs/benchmarks.md.
+    pub library: &'static str,
+    /// How durable commits are configured.
+    pub durability: &'static str,
+    pub open: fn(&Path) -> Result<Box<dyn Store>>,
+}
+
+/// Every store this build can run, kivi first.
+pub fn kinds() -> Vec<Kind> {
+    #[allow(unused_mut)]
+    let mut out = vec![kivi::KIND];
+    #[cfg(feature = "peers")]
+    out.extend([
+        lmdb::KIND,
+        rocksdb::KIND,
+        leveldb::KIND,
+        redb::KIND,
+        fjall::KIND,
+    ]);
+    out
+}
+
+/// The store called `name`.
+pub fn kind(name: &str) -> Option<Kind> {
+    kinds().into_iter().find(|k| k.name == name)
+}

@@ -1,0 +1,249 @@
+//! The embedded workloads of `shared/workloads.md`, each run against one
+//! store through the [`Store`] interface. Every read checks the value it
+//! got (its first 8 bytes name the key it belongs to), every scan checks
+//! the order, and every write is durable.
+
+use crate::kv40::{self, Rng};
+use crate::measure::{nanos_since, Figure, Meter};
+use crate::stores::{Store, StoreError};
+use std::time::Instant;
+
+/// Pairs (or operations) per durable batch in the batched workloads.
+pub const BATCH: u64 = 1000;
+/// Single durable puts timed one by one in workload 7.
+pub const SINGLE_PUTS: u64 = 10_000;
+/// Keys in a hot spot of workload 6.
+pub const HOT_SPOT: u64 = 65_536;
+
+pub type Result<T> = std::result::Result<T, StoreError>;
+
+fn wrong(what: String) -> StoreError {
+    StoreError(what)
+}
+
+/// Checks that `value`, read under key `i`, was written for key `i`.
+fn check(i: u64, found: bool, value: &[u8]) -> Result<()> {
+    if !found {
+        return Err(wrong(format!("key {i} is missing")));
+    }
+    match kv40::index_of(value) {
+        Some(j) if j == i && value.len() == kv40::VALUE_LEN => Ok(()),
+        _ => Err(wrong(format!(
+            "key {i} returned a value that is not its own"
+        ))),
+    }
+}
+
+/// Writes `indices` with `version` as one durable batch.
+fn write_pairs(
+    store: &dyn Store,
+    indices: impl Iterator<Item = u64>,
+    version: impl Fn(u64) -> u64,
+) -> Result<()> {
+    let pairs: Vec<([u8; kv40::KEY_LEN], [u8; kv40::VALUE_LEN])> = indices
+        .map(|i| (kv40::key(i), kv40::value(i, version(i))))
+        .collect();
+    let refs: Vec<(&[u8], &[u8])> = pairs
+        .iter()
+        .map(|(k, v)| (k.as_slice(), v.as_slice()))
+        .collect();
+    store.write_batch(&refs)
+}
+
+/// 1: keys 0..n in order, 1,000 per durable batch, into an empty store.
+pub fn bulk_insert(store: &dyn Store, n: u64, tick: &dyn Fn(u64)) -> Result<Figure> {
+    let meter = Meter::start();
+    let mut start = 0;
+    while start < n {
+        let end = (start + BATCH).min(n);
+        write_pairs(store, start..end, |_| 0)?;
+        tick(end - start);
+        start = end;
+    }
+    Ok(meter.finish("bulk_insert", "bulk insert", n))
+}
+
+/// 2: n gets of uniformly random present keys.
+pub fn random_read(store: &dyn Store, n: u64, tick: &dyn Fn(u64)) -> Result<Figure> {
+    let mut rng = Rng::new(0x5eed_0002);
+    let mut out = Vec::with_capacity(kv40::VALUE_LEN);
+    let meter = Meter::start();
+    for done in 1..=n {
+        let i = rng.below(n);
+        let found = store.get(&kv40::key(i), &mut out)?;
+        check(i, found, &out)?;
+        if done.is_multiple_of(BATCH) {
+            tick(BATCH);
+        }
+    }
+    Ok(meter.finish("random_read", "random read", n))
+}
+
+/// 3: n puts of random existing keys with new values, 1,000 per durable batch.
+pub fn random_update(store: &dyn Store, n: u64, seed: u64, tick: &dyn Fn(u64)) -> Result<Figure> {
+    let mut rng = Rng::new(seed);
+    let meter = Meter::start();
+    let mut done = 0;
+    while done < n {
+        let count = BATCH.min(n - done);
+        let keys: Vec<u64> = (0..count).map(|_| rng.below(n)).collect();
+        // A batch holds each key once: the last version wins.
+        write_pairs(store, keys.iter().copied(), |i| 1 + done + i)?;
+        done += count;
+        tick(count);
+    }
+    Ok(meter.finish("random_update", "random update", n))
+}
+
+/// 4: n operations alternating get and put on random keys; the puts of each
+/// 1,000 operations are one durable batch.
+pub fn random_mixed(store: &dyn Store, n: u64, tick: &dyn Fn(u64)) -> Result<Figure> {
+    let mut rng = Rng::new(0x5eed_0004);
+    let mut out = Vec::with_capacity(kv40::VALUE_LEN);
+    let meter = Meter::start();
+    let mut done = 0;
+    while done < n {
+        let count = BATCH.min(n - done);
+        let mut puts = Vec::with_capacity(count as usize / 2);
+        for op in 0..count {
+            let i = rng.below(n);
+            if op.is_multiple_of(2) {
+                let found = store.get(&kv40::key(i), &mut out)?;
+                check(i, found, &out)?;
+            } else {
+                puts.push(i);
+            }
+        }
+        puts.sort_unstable();
+        puts.dedup();
+        write_pairs(store, puts.into_iter(), |i| (done << 8) + i % 251)?;
+        done += count;
+        tick(count);
+    }
+    Ok(meter.finish("random_mixed", "random mixed", n))
+}
+
+/// 5: one ordered pass over all pairs, checking the order and each value.
+pub fn range_scan(store: &dyn Store, n: u64, tick: &dyn Fn(u64)) -> Result<Figure> {
+    let meter = Meter::start();
+    let mut next = 0u64;
+    let mut problem = None;
+    store.scan(&mut |key, value| {
+        let expected = kv40::key(next);
+        if key != expected.as_slice() || kv40::index_of(value) != Some(next) {
+            problem = Some(format!(
+                "the scan returned the wrong pair where key {next} belongs"
+            ));
+            return false;
+        }
+        next += 1;
+        if next.is_multiple_of(BATCH) {
+            tick(BATCH);
+        }
+        true
+    })?;
+    if let Some(p) = problem {
+        return Err(wrong(p));
+    }
+    if next != n {
+        return Err(wrong(format!("the scan returned {next} of {n} pairs")));
+    }
+    Ok(meter.finish("range_scan", "range scan", n))
+}
+
+/// 6: every 65,536 gets, a random run of 65,536 consecutive keys, read in
+/// random order.
+pub fn hotspot_read(store: &dyn Store, n: u64, tick: &dyn Fn(u64)) -> Result<Figure> {
+    let mut rng = Rng::new(0x5eed_0006);
+    let spot = HOT_SPOT.min(n);
+    let mut order: Vec<u64> = (0..spot).collect();
+    let mut out = Vec::with_capacity(kv40::VALUE_LEN);
+    let meter = Meter::start();
+    let mut done = 0;
+    while done < n {
+        let start = rng.below(n - spot + 1);
+        // A fresh random order of the run (Fisher-Yates).
+        for i in (1..order.len()).rev() {
+            order.swap(i, rng.below(i as u64 + 1) as usize);
+        }
+        for &offset in order.iter().take((n - done) as usize) {
+            let i = start + offset;
+            let found = store.get(&kv40::key(i), &mut out)?;
+            check(i, found, &out)?;
+        }
+        let count = spot.min(n - done);
+        done += count;
+        tick(count);
+    }
+    Ok(meter.finish("hotspot_read", "hot-spot read", n))
+}
+
+/// 7: 10,000 random puts, each its own durable commit, timed one by one.
+pub fn single_put(store: &dyn Store, n: u64, tick: &dyn Fn(u64)) -> Result<Figure> {
+    let mut rng = Rng::new(0x5eed_0007);
+    let mut latencies = Vec::with_capacity(SINGLE_PUTS as usize);
+    let meter = Meter::start();
+    for done in 1..=SINGLE_PUTS {
+        let i = rng.below(n);
+        let t = Instant::now();
+        store.put(&kv40::key(i), &kv40::value(i, 1 << 40 | done))?;
+        latencies.push(nanos_since(t));
+        if done.is_multiple_of(100) {
+            tick(100);
+        }
+    }
+    Ok(meter
+        .finish("single_put", "single put", SINGLE_PUTS)
+        .with_latencies(latencies))
+}
+
+/// 8: `threads` threads each doing single durable puts of random keys,
+/// `total` in all.
+pub fn concurrent_put(
+    store: &dyn Store,
+    n: u64,
+    threads: u64,
+    total: u64,
+    tick: &(dyn Fn(u64) + Sync),
+) -> Result<Figure> {
+    let per = total / threads;
+    let meter = Meter::start();
+    let latencies: Vec<Result<Vec<u64>>> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                s.spawn(move || -> Result<Vec<u64>> {
+                    let mut rng = Rng::new(0x5eed_0008 ^ t << 32);
+                    let mut lat = Vec::with_capacity(per as usize);
+                    for done in 1..=per {
+                        let i = rng.below(n);
+                        let started = Instant::now();
+                        store.put(&kv40::key(i), &kv40::value(i, 2 << 40 | t << 32 | done))?;
+                        lat.push(nanos_since(started));
+                        if done.is_multiple_of(100) {
+                            tick(100);
+                        }
+                    }
+                    Ok(lat)
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().expect("bench writer thread panicked"))
+            .collect()
+    });
+    let mut all = Vec::with_capacity(total as usize);
+    for l in latencies {
+        all.extend(l?);
+    }
+    let workload = match threads {
+        1 => "concurrent_put_1",
+        2 => "concurrent_put_2",
+        8 => "concurrent_put_8",
+        64 => "concurrent_put_64",
+        _ => "concurrent_put",
+    };
+    Ok(meter
+        .finish(workload, "concurrent put", per * threads)
+        .with_latencies(all))
+}
