@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test kivi has: formatting, lints, unit, property, crash-simulation,
-# kill -9, corruption and command-line tests. Works on a fresh machine with
-# Rust installed (https://rustup.rs); installs nothing else.
+# kill -9, corruption and command-line tests, and a small run of the benchmark
+# suite against every store. Works on a fresh Debian machine with Rust
+# installed (https://rustup.rs); bench/setup.sh installs the system libraries
+# the other stores need (RocksDB, LevelDB) and strace.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -9,9 +11,12 @@ if ! command -v cargo >/dev/null; then
     echo "test.sh: cargo not found; install Rust from https://rustup.rs" >&2
     exit 1
 fi
+bench/setup.sh
 
 cargo fmt --all --check
-cargo clippy --workspace --all-targets --locked -- -D warnings
-cargo test --workspace --locked
-# The benchmark works (a tiny run; real numbers come from docs/benchmarks.md).
-cargo run --release --locked --quiet -p kivi-cli -- bench -n 10000 --dir "$(mktemp -d)/bench"
+cargo clippy --workspace --all-targets --locked --features kivi-cli/peers,kivi-bench/peers -- -D warnings
+cargo test --workspace --locked --features kivi-cli/peers,kivi-bench/peers
+# The benchmark suite works, on every store (a tiny run; real numbers come
+# from docs/benchmarks.md).
+cargo run --release --locked --quiet -p kivi-cli --features peers -- \
+    bench --stores kivi,lmdb,rocksdb,leveldb,redb,fjall -n 10000 --dir "$(mktemp -d)/bench"

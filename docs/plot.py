@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""Draws the plots of docs/benchmarks.md from `kivi bench --json` output.
+
+    pip install matplotlib
+    python3 docs/plot.py OUT_PREFIX run.jsonl [more.jsonl ...]
+
+writes OUT_PREFIX-throughput.png (each store's best round per workload, as a
+ratio to kivi, log scale) and OUT_PREFIX-concurrent.png (puts per second
+against writer threads).
+"""
+
+import json
+import sys
+from collections import defaultdict
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+THROUGHPUT = [
+    "bulk_insert",
+    "random_read",
+    "random_update",
+    "random_mixed",
+    "range_scan",
+    "hotspot_read",
+]
+STORES = ["kivi", "lmdb", "rocksdb", "leveldb", "redb", "fjall"]
+
+
+def load(paths):
+    best = defaultdict(dict)  # workload -> store -> best ops/s
+    n = None
+    for path in paths:
+        with open(path) as f:
+            for line in f:
+                r = json.loads(line)
+                v = r.get("ops_per_sec")
+                if v is None:
+                    continue
+                n = r["n"]
+                w, s = r["workload"], r["store"]
+                best[w][s] = max(best[w].get(s, 0), v)
+    return best, n
+
+
+def throughput(best, n, out):
+    stores = [s for s in STORES if any(s in best[w] for w in THROUGHPUT)]
+    fig, ax = plt.subplots(figsize=(10, 5))
+    width = 0.8 / len(stores)
+    for i, s in enumerate(stores):
+        xs, ys = [], []
+        for j, w in enumerate(THROUGHPUT):
+            if s in best[w]:
+                xs.append(j + i * width)
+                ys.append(best[w][s] / 1e6)
+        ax.bar(xs, ys, width, label=s)
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(THROUGHPUT))])
+    ax.set_xticklabels([w.replace("_", " ") for w in THROUGHPUT])
+    ax.set_yscale("log")
+    ax.set_ylabel("million operations per second (log scale)")
+    ax.set_title(f"kv40, n = {n:,}: best of the rounds, durable writes")
+    ax.legend()
+    ax.grid(axis="y", which="both", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+
+
+def concurrent(best, n, out):
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for s in STORES:
+        points = [(t, best[f"concurrent_put_{t}"].get(s)) for t in (1, 2, 8, 64)]
+        points = [(t, v) for t, v in points if v]
+        if points:
+            ax.plot([t for t, _ in points], [v for _, v in points], marker="o", label=s)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks([1, 2, 8, 64])
+    ax.set_xticklabels(["1", "2", "8", "64"])
+    ax.set_xlabel("threads, each doing single durable puts")
+    ax.set_ylabel("puts per second, all threads")
+    ax.set_title(f"concurrent durable puts, n = {n:,}")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+
+
+def main():
+    if len(sys.argv) < 3:
+        sys.exit(__doc__)
+    prefix, paths = sys.argv[1], sys.argv[2:]
+    best, n = load(paths)
+    throughput(best, n, f"{prefix}-throughput.png")
+    concurrent(best, n, f"{prefix}-concurrent.png")
+
+
+if __name__ == "__main__":
+    main()
