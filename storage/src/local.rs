@@ -202,7 +202,7 @@ impl Storage for LocalDir {
         let shown = self.shown(&name);
         self.check_writable("create segment", &shown)?;
         let file = OpenOptions::new()
-            .append(true)
+            .write(true)
             .create_new(true)
             .open(self.dir.join(&name))
             .map_err(|e| IoError::new("create segment", &shown, e))?;
@@ -211,6 +211,7 @@ impl Storage for LocalDir {
             file,
             name: shown,
             len: 0,
+            sized: 0,
         }))
     }
 
@@ -266,18 +267,41 @@ impl Storage for LocalDir {
     }
 }
 
+/// The file is made this much longer than its data at a time (a sparse
+/// tail, no disk blocks), so that most appends do not change the file's size:
+/// fdatasync then has only data to make durable and no inode size, which
+/// measured 0.64× the latency of an appending fdatasync on ext4 (see
+/// docs/benchmarks.md). A crash can leave the zeros of the tail behind;
+/// readers stop at the first invalid record, as at any torn tail, and a
+/// clean close trims them.
+const SIZE_STEP: u64 = 8 << 20;
+
 struct LocalWriter {
     file: File,
     name: String,
     len: u64,
+    /// The file's size: `len` plus the sparse tail not yet written.
+    sized: u64,
 }
 
 impl SegmentWriter for LocalWriter {
     fn append(&mut self, bytes: &[u8]) -> Result<(), IoError> {
+        let end = self.len + bytes.len() as u64;
+        // The first append (a segment's header) grows the file by itself, so
+        // a file never holds a sparse tail before its first bytes are synced
+        // (the log syncs a new segment's header before anything else).
+        if end > self.sized && self.len > 0 {
+            let sized = end.next_multiple_of(SIZE_STEP);
+            self.file
+                .set_len(sized)
+                .map_err(|e| IoError::new("extend", &self.name, e))?;
+            self.sized = sized;
+        }
         self.file
-            .write_all(bytes)
+            .write_all_at(bytes, self.len)
             .map_err(|e| IoError::new("append to", &self.name, e))?;
-        self.len += bytes.len() as u64;
+        self.len = end;
+        self.sized = self.sized.max(end);
         Ok(())
     }
 
@@ -289,6 +313,16 @@ impl SegmentWriter for LocalWriter {
 
     fn len(&self) -> u64 {
         self.len
+    }
+}
+
+impl Drop for LocalWriter {
+    fn drop(&mut self) {
+        // Trim the sparse tail. If this fails, or never runs (a crash), the
+        // zeros stay and read as the end of the data.
+        if self.sized > self.len && self.file.set_len(self.len).is_ok() {
+            let _ = self.file.sync_data();
+        }
     }
 }
 
@@ -333,6 +367,13 @@ mod tests {
         let mut buf = [0u8; 5];
         r.read_at(6, &mut buf).unwrap();
         assert_eq!(&buf, b"world");
+        // While the writer is open the file has a sparse tail of zeros...
+        assert_eq!(r.size().unwrap(), SIZE_STEP);
+        r.read_at(8, &mut buf).unwrap();
+        assert_eq!(&buf, b"rld\0\0");
+        // ...which closing the writer trims.
+        drop(w);
+        assert_eq!(r.size().unwrap(), 11);
         assert_eq!(
             r.read_at(8, &mut buf).unwrap_err().kind(),
             io::ErrorKind::UnexpectedEof
@@ -340,6 +381,24 @@ mod tests {
         assert!(s.create_segment(7).is_err(), "a segment id is never reused");
         s.delete_segment(3).unwrap();
         assert_eq!(s.list_segments().unwrap(), vec![7]);
+    }
+
+    #[test]
+    fn the_first_append_is_not_followed_by_a_sparse_tail() {
+        // A new segment's header is synced before anything else is written,
+        // so a crash can never leave zeros after a header that is not durable.
+        let tmp = tempfile::tempdir().unwrap();
+        let s = LocalDir::open(tmp.path()).unwrap();
+        let mut w = s.create_segment(1).unwrap();
+        w.append(&[1; 100]).unwrap();
+        let r = s.open_segment(1).unwrap();
+        assert_eq!(r.size().unwrap(), 100);
+        w.append(&[2; SIZE_STEP as usize]).unwrap();
+        assert_eq!(w.len(), SIZE_STEP + 100);
+        assert_eq!(r.size().unwrap(), 2 * SIZE_STEP);
+        let mut buf = [0u8; 2];
+        r.read_at(99, &mut buf).unwrap();
+        assert_eq!(buf, [1, 2]);
     }
 
     #[test]
