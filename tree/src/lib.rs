@@ -13,6 +13,7 @@ mod apply;
 mod check;
 mod checkpoint;
 mod leaf;
+mod leaf_view;
 mod node;
 mod page;
 mod pager;

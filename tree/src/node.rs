@@ -346,6 +346,17 @@ impl Node {
         }
     }
 
+    /// Starts fetching a leaf's entries into the CPU cache (no-op for an
+    /// internal node).
+    pub fn prefetch_leaf(&self) {
+        if let Body::Leaf { base, delta } = &self.body {
+            base.prefetch();
+            if let Some(d) = delta {
+                d.prefetch();
+            }
+        }
+    }
+
     /// The effective reference to child `i` of an internal node.
     pub fn child_ref(&self, i: usize) -> &ChildRef {
         match &self.body {

@@ -6,7 +6,8 @@
 //! cursor walks leaves in order and checks that order holds across leaves,
 //! so a damaged tree can never make a scan return keys out of order.
 
-use crate::leaf::{merge_into, Entry, LeafData, ValueRef};
+use crate::leaf::{merge_into, prefetch_line, Entry, LeafData, ValueRef};
+use crate::leaf_view::{At, LeafView};
 use crate::node::{Body, ChildRef, Node};
 use crate::pager::Pager;
 use kivi_log::{Corruption, Error};
@@ -90,17 +91,19 @@ pub fn leaf_entries(node: &Node) -> LeafData {
 /// A position in the tree, moving forward or backward over its entries.
 ///
 /// Holds the path from the root (so it reads a consistent version however
-/// the tree changes meanwhile) and the current leaf's entries.
+/// the tree changes meanwhile) and a merged view of the current leaf.
 pub struct Cursor {
     root: Option<Arc<Node>>,
     /// Internal nodes from the root down, each with the child index taken.
     stack: Vec<(Arc<Node>, usize)>,
-    leaf: LeafData,
-    /// Index into `leaf`; valid when `valid`.
-    pos: usize,
-    valid: bool,
-    /// Key at the edge of the previous leaf visited, to check order across leaves.
-    edge: Option<Vec<u8>>,
+    view: LeafView,
+    /// The entry the cursor is on; `None` when not on one.
+    at: Option<At>,
+    /// Outermost key (tombstones included) of the previous leaf visited, to
+    /// check order across leaves; meaningful when `has_edge`. Reused, so
+    /// moving between leaves allocates nothing.
+    edge: Vec<u8>,
+    has_edge: bool,
     forward: bool,
 }
 
@@ -109,28 +112,28 @@ impl Cursor {
         Cursor {
             root,
             stack: Vec::new(),
-            leaf: LeafData::default(),
-            pos: 0,
-            valid: false,
-            edge: None,
+            view: LeafView::default(),
+            at: None,
+            edge: Vec::new(),
+            has_edge: false,
             forward: true,
         }
     }
 
     pub fn is_valid(&self) -> bool {
-        self.valid
+        self.at.is_some()
     }
 
     pub fn key(&self) -> &[u8] {
-        assert!(self.valid, "cursor not on an entry");
-        self.leaf.key(self.pos)
+        let at = self.at.expect("cursor not on an entry");
+        self.view.key(at)
     }
 
     pub fn value(&self) -> ValueRef<'_> {
-        assert!(self.valid, "cursor not on an entry");
-        match self.leaf.entry(self.pos) {
+        let at = self.at.expect("cursor not on an entry");
+        match self.view.entry(at) {
             Entry::Value(v) => v,
-            Entry::Tombstone => unreachable!("tombstone in merged leaf"),
+            Entry::Tombstone => unreachable!("the leaf view skips tombstones"),
         }
     }
 
@@ -147,14 +150,14 @@ impl Cursor {
             self.stack.push((node, i));
             node = child;
         }
-        self.leaf = leaf_entries(&node);
+        self.view = LeafView::of(&node);
         Ok(())
     }
 
     fn reset(&mut self, forward: bool) -> Option<Arc<Node>> {
         self.stack.clear();
-        self.valid = false;
-        self.edge = None;
+        self.at = None;
+        self.has_edge = false;
         self.forward = forward;
         self.root.clone()
     }
@@ -167,17 +170,12 @@ impl Cursor {
         match key {
             Some(k) => {
                 self.descend(pager, root, &|n: &Node| n.internal_base().child_index(k))?;
-                self.pos = match self.leaf.find(k) {
-                    Ok(i) | Err(i) => i,
-                };
+                self.view.seek(k);
             }
-            None => {
-                self.descend(pager, root, &|_| 0)?;
-                self.pos = 0;
-            }
+            None => self.descend(pager, root, &|_| 0)?,
         }
-        if self.pos < self.leaf.len() {
-            self.valid = true;
+        self.at = self.view.after();
+        if self.at.is_some() {
             return Ok(());
         }
         self.next_leaf(pager)
@@ -188,21 +186,18 @@ impl Cursor {
         let Some(root) = self.reset(false) else {
             return Ok(());
         };
-        let below = match key {
+        match key {
             Some(k) => {
                 self.descend(pager, root, &|n: &Node| n.internal_base().child_index(k))?;
-                match self.leaf.find(k) {
-                    Ok(i) | Err(i) => i,
-                }
+                self.view.seek(k);
             }
             None => {
                 self.descend(pager, root, &|n: &Node| n.children_len() - 1)?;
-                self.leaf.len()
+                self.view.seek_end();
             }
-        };
-        if below > 0 {
-            self.pos = below - 1;
-            self.valid = true;
+        }
+        self.at = self.view.before();
+        if self.at.is_some() {
             return Ok(());
         }
         self.prev_leaf(pager)
@@ -211,11 +206,12 @@ impl Cursor {
     /// Moves to the next entry (forward cursors).
     pub fn next(&mut self, pager: &Pager) -> Result<(), Error> {
         debug_assert!(self.forward);
-        if !self.valid {
+        let Some(at) = self.at else {
             return Ok(());
-        }
-        self.pos += 1;
-        if self.pos < self.leaf.len() {
+        };
+        self.view.pass_forward(at);
+        self.at = self.view.after();
+        if self.at.is_some() {
             return Ok(());
         }
         self.next_leaf(pager)
@@ -224,22 +220,55 @@ impl Cursor {
     /// Moves to the previous entry (backward cursors).
     pub fn prev(&mut self, pager: &Pager) -> Result<(), Error> {
         debug_assert!(!self.forward);
-        if !self.valid {
+        let Some(at) = self.at else {
             return Ok(());
-        }
-        if self.pos > 0 {
-            self.pos -= 1;
+        };
+        self.view.pass_backward(at);
+        self.at = self.view.before();
+        if self.at.is_some() {
             return Ok(());
         }
         self.prev_leaf(pager)
     }
 
+    /// Starts fetching the leaves the cursor reaches next: the whole of the
+    /// next one, and the node header of the one after, whose buffer the
+    /// following call will fetch. Leaves of an updated tree are scattered
+    /// over the heap, so without this a scan waits for DRAM at every leaf.
+    fn prefetch_ahead(&self) {
+        let Some((parent, i)) = self.stack.last() else {
+            return;
+        };
+        let (near, far) = if self.forward {
+            (i.checked_add(1), i.checked_add(2))
+        } else {
+            (i.checked_sub(1), i.checked_sub(2))
+        };
+        let mem_child = |j: Option<usize>| match j {
+            Some(j) if j < parent.children_len() => match parent.child_ref(j) {
+                ChildRef::Mem(n) => Some(n),
+                ChildRef::Disk(_) => None,
+            },
+            _ => None,
+        };
+        if let Some(n) = mem_child(near) {
+            n.prefetch_leaf();
+        }
+        if let Some(n) = mem_child(far) {
+            let at: *const u8 = Arc::as_ptr(n).cast();
+            prefetch_line(at);
+            prefetch_line(at.wrapping_add(64));
+        }
+    }
+
     fn next_leaf(&mut self, pager: &Pager) -> Result<(), Error> {
         loop {
-            if let Some(last) = self.leaf.last_key() {
-                self.edge = Some(last.to_vec());
+            if let Some(k) = self.view.last_key() {
+                self.edge.clear();
+                self.edge.extend_from_slice(k);
+                self.has_edge = true;
             }
-            self.valid = false;
+            self.at = None;
             // Climb to the nearest ancestor with a child to the right.
             let (node, i) = loop {
                 let Some((node, i)) = self.stack.pop() else {
@@ -252,14 +281,14 @@ impl Cursor {
             let child = pager.resolve(node.child_ref(i), node.level() - 1)?;
             self.stack.push((node, i));
             self.descend(pager, child, &|_| 0)?;
-            if let (Some(edge), Some(first)) = (&self.edge, self.leaf.first_key()) {
-                if first <= edge.as_slice() {
+            self.prefetch_ahead();
+            if let (true, Some(first)) = (self.has_edge, self.view.first_key()) {
+                if first <= self.edge.as_slice() {
                     return Err(order_error(first));
                 }
             }
-            if !self.leaf.is_empty() {
-                self.pos = 0;
-                self.valid = true;
+            self.at = self.view.after();
+            if self.at.is_some() {
                 return Ok(());
             }
         }
@@ -267,10 +296,12 @@ impl Cursor {
 
     fn prev_leaf(&mut self, pager: &Pager) -> Result<(), Error> {
         loop {
-            if let Some(first) = self.leaf.first_key() {
-                self.edge = Some(first.to_vec());
+            if let Some(k) = self.view.first_key() {
+                self.edge.clear();
+                self.edge.extend_from_slice(k);
+                self.has_edge = true;
             }
-            self.valid = false;
+            self.at = None;
             let (node, i) = loop {
                 let Some((node, i)) = self.stack.pop() else {
                     return Ok(());
@@ -282,14 +313,15 @@ impl Cursor {
             let child = pager.resolve(node.child_ref(i), node.level() - 1)?;
             self.stack.push((node, i));
             self.descend(pager, child, &|n: &Node| n.children_len() - 1)?;
-            if let (Some(edge), Some(last)) = (&self.edge, self.leaf.last_key()) {
-                if last >= edge.as_slice() {
+            self.prefetch_ahead();
+            self.view.seek_end();
+            if let (true, Some(last)) = (self.has_edge, self.view.last_key()) {
+                if last >= self.edge.as_slice() {
                     return Err(order_error(last));
                 }
             }
-            if !self.leaf.is_empty() {
-                self.pos = self.leaf.len() - 1;
-                self.valid = true;
+            self.at = self.view.before();
+            if self.at.is_some() {
                 return Ok(());
             }
         }
