@@ -336,6 +336,25 @@ impl LeafData {
         }
     }
 
+    /// Asks the CPU to start fetching the leaf's index (summary, heads and
+    /// slots, about 1.3 KiB for a full 4 KiB leaf of 80-byte pairs), which a
+    /// lookup otherwise reads as three dependent cache misses, one after
+    /// the other: summary, then heads, then slot.
+    #[inline]
+    pub fn prefetch_index(&self) {
+        let n = self.n as usize;
+        let layout = self.layout();
+        let index = layout.heads..layout.heads + n;
+        let slots = layout.slots..layout.slots + 2 * n;
+        for part in [0..n.div_ceil(SUMMARY_STRIDE), index, slots] {
+            if let Some(words) = self.buf.get(part) {
+                for line in words.chunks(8) {
+                    prefetch_line(line.as_ptr().cast());
+                }
+            }
+        }
+    }
+
     pub fn first_key(&self) -> Option<&[u8]> {
         (!self.is_empty()).then(|| self.key(0))
     }

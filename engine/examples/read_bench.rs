@@ -1,0 +1,48 @@
+//! Developer tool: times random point reads of an N-pair store (kv40-like
+//! pairs loaded in order, then checkpointed), so a profiler can be pointed at
+//! the lookup path alone.
+//! `cargo run --release -p kivi --example read_bench -- DIR N ROUNDS`
+use std::time::Instant;
+
+fn key(j: u64) -> [u8; 40] {
+    let mut k = [0u8; 40];
+    k[..8].copy_from_slice(&j.to_be_bytes());
+    k[8..16].copy_from_slice(&j.wrapping_mul(0x9e37_79b9_7f4a_7c15).to_le_bytes());
+    k
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    let dir = args.get(1).map(String::as_str).unwrap_or("/tmp/read_bench");
+    let n: u64 = args.get(2).map_or(Ok(1_000_000), |s| s.parse())?;
+    let rounds: u32 = args.get(3).map_or(Ok(5), |s| s.parse())?;
+    let _ = std::fs::remove_dir_all(dir);
+    let db = kivi::Db::open(dir, kivi::Options::default())?;
+    let mut i = 0u64;
+    while i < n {
+        let mut batch = kivi::WriteBatch::new();
+        for j in i..(i + 1000).min(n) {
+            batch.put(key(j), key(j))?;
+        }
+        db.write(batch)?;
+        i += 1000;
+    }
+    db.checkpoint()?;
+    let mut x = 7u64;
+    for _ in 0..rounds {
+        let t = Instant::now();
+        let mut found = 0u64;
+        for _ in 0..n {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let k = key((x >> 33) % n);
+            let v = db.get(&k)?.expect("present");
+            found += (v[..] == k[..]) as u64;
+        }
+        assert_eq!(found, n);
+        let s = t.elapsed().as_secs_f64();
+        println!("{n} gets in {s:.3} s: {:.2} M/s", n as f64 / s / 1e6);
+    }
+    Ok(())
+}
