@@ -99,10 +99,14 @@ impl TreeWriter<'_> {
                         blob_refs.next().expect("one blob ref per big value")
                     })
                 })?;
-                DiskRef {
+                let r = DiskRef {
                     page,
                     subtree: subtree + u64::from(page.len),
+                };
+                if delta.is_some() {
+                    self.consolidate(node, &entries, r);
                 }
+                r
             }
             Body::Internal { base, .. } => {
                 let n = base.children_len();
@@ -130,6 +134,40 @@ impl TreeWriter<'_> {
         node.written.set(r, self.generation);
         self.stats.pages += 1;
         Ok(r)
+    }
+
+    /// Gives a leaf with a delta, just written as page `r`, a consolidated
+    /// twin (one plain leaf, the entries as the page holds them) to replace
+    /// it once this checkpoint is durable. After random updates nearly every
+    /// leaf carries a delta; reads then search two runs, and scans merge
+    /// them, at heap addresses scattered by the updates. The twins are built
+    /// here, on the checkpointer's thread and in key order, so that the
+    /// commit path only swaps pointers. Leaves holding out-of-line values
+    /// are left alone (rare; `cacheable` handles their memory).
+    fn consolidate(&mut self, node: &Node, entries: &[(&[u8], ValueRef<'_>)], r: DiskRef) {
+        if let Some(twin) = node.consolidated() {
+            // Built by an earlier attempt whose checkpoint failed: same
+            // content, now at this checkpoint's page.
+            twin.written.set(r, self.generation);
+            return;
+        }
+        if entries.iter().any(|(_, v)| matches!(v, ValueRef::Big(_))) {
+            return;
+        }
+        let bytes = entries
+            .iter()
+            .map(|(k, v)| match v {
+                ValueRef::Inline(v) => k.len() + v.len(),
+                ValueRef::Big(_) => k.len(),
+            })
+            .sum();
+        let mut leaf = LeafData::with_capacity(entries.len(), bytes);
+        for &(k, v) in entries {
+            leaf.push(k, Entry::Value(v));
+        }
+        let twin = Node::leaf(leaf);
+        twin.written.set(r, self.generation);
+        node.set_consolidated(Arc::new(twin));
     }
 
     fn write_blob(&mut self, big: &BigValue) -> Result<PageRef, Error> {
@@ -184,9 +222,14 @@ fn release_children(pager: &Pager, root: &Arc<Node>) -> Option<Arc<Node>> {
         };
         let replacement = match pager.durable_page(child) {
             // Written: stays in memory while the budget allows, reached
-            // without a cache lookup; otherwise it goes to the cache.
+            // without a cache lookup; otherwise it goes to the cache. A leaf
+            // with a delta gives way to its consolidated twin, if it has one
+            // (same content, same page; see `TreeWriter::consolidate`).
             Some(page) => {
-                let released = release_children(pager, child);
+                let released = match child.consolidated() {
+                    Some(twin) => Some(twin.clone()),
+                    None => release_children(pager, child),
+                };
                 if pager.try_make_resident(released.as_ref().unwrap_or(child)) {
                     match released {
                         Some(c) => ChildRef::Mem(c),

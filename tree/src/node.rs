@@ -250,6 +250,10 @@ pub struct Node {
     /// than in the page cache: the pager's count of such bytes, which this
     /// node's bytes are part of until it is dropped.
     resident: OnceLock<Arc<AtomicU64>>,
+    /// For a leaf with a delta: the same content as one plain leaf, built by
+    /// the checkpoint that wrote it, to take this node's place in the tree
+    /// once that checkpoint is durable (see `checkpoint::release_written`).
+    consolidated: OnceLock<Arc<Node>>,
 }
 
 impl Drop for Node {
@@ -279,7 +283,20 @@ impl Node {
             mem,
             size,
             resident: OnceLock::new(),
+            consolidated: OnceLock::new(),
         }
+    }
+
+    /// The consolidated twin of a leaf with a delta, if a checkpoint made one.
+    pub(crate) fn consolidated(&self) -> Option<&Arc<Node>> {
+        self.consolidated.get()
+    }
+
+    /// Records `twin`, a plain leaf with this leaf's live content and its
+    /// page, as this leaf's replacement.
+    pub(crate) fn set_consolidated(&self, twin: Arc<Node>) {
+        debug_assert!(twin.is_leaf() && self.is_leaf());
+        let _ = self.consolidated.set(twin);
     }
 
     /// Estimated encoded size of the live content.
@@ -318,6 +335,7 @@ impl Node {
             mem,
             size,
             resident: OnceLock::new(),
+            consolidated: OnceLock::new(),
         }
     }
 
