@@ -207,6 +207,7 @@ impl Scan {
         }
     }
 
+    #[inline]
     fn position(&mut self) -> Result<()> {
         let pager = &self.inner.pager;
         if !self.started {
@@ -241,6 +242,7 @@ impl Scan {
         Ok(())
     }
 
+    #[inline]
     fn in_range(&self, key: &[u8]) -> bool {
         if self.forward {
             match &self.end {
@@ -260,6 +262,7 @@ impl Scan {
     /// The next pair, or `None` at the end of the range. A damaged page ends
     /// the scan with an error.
     #[allow(clippy::should_implement_trait)] // lends borrowed pairs, which `Iterator` cannot
+    #[inline]
     pub fn next(&mut self) -> Result<Option<(&[u8], &[u8])>> {
         if self.done {
             return Ok(None);

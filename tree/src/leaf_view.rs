@@ -84,6 +84,7 @@ impl LeafView {
         }
     }
 
+    #[inline]
     fn leaf(&self, at: At) -> &LeafData {
         if at.from_delta {
             &self.delta
@@ -92,16 +93,19 @@ impl LeafView {
         }
     }
 
+    #[inline]
     pub(crate) fn key(&self, at: At) -> &[u8] {
         self.leaf(at).key(at.index)
     }
 
+    #[inline]
     pub(crate) fn entry(&self, at: At) -> Entry<'_> {
         self.leaf(at).entry(at.index)
     }
 
     /// The first live entry after the gap; tombstones met on the way are
     /// stepped over (the gap moves past them).
+    #[inline]
     pub(crate) fn after(&mut self) -> Option<At> {
         loop {
             let b = (self.bi < self.base.len()).then(|| self.base.key(self.bi));
@@ -125,6 +129,7 @@ impl LeafView {
 
     /// The last live entry before the gap; tombstones met on the way are
     /// stepped over (the gap moves before them).
+    #[inline]
     pub(crate) fn before(&mut self) -> Option<At> {
         loop {
             let b = (self.bi > 0).then(|| self.base.key(self.bi - 1));
@@ -161,6 +166,7 @@ impl LeafView {
         }
     }
 
+    #[inline]
     fn at_base(&self) -> At {
         At {
             from_delta: false,
@@ -169,6 +175,7 @@ impl LeafView {
         }
     }
 
+    #[inline]
     fn at_delta(&self, shadows: bool) -> At {
         At {
             from_delta: true,
@@ -178,6 +185,7 @@ impl LeafView {
     }
 
     /// Moves the gap forward past `at`, the entry [`after`](Self::after) gave.
+    #[inline]
     pub(crate) fn pass_forward(&mut self, at: At) {
         if at.from_delta {
             debug_assert_eq!(at.index, self.di);
@@ -192,6 +200,7 @@ impl LeafView {
     }
 
     /// Moves the gap back before `at`, the entry [`before`](Self::before) gave.
+    #[inline]
     pub(crate) fn pass_backward(&mut self, at: At) {
         if at.from_delta {
             debug_assert_eq!(at.index + 1, self.di);

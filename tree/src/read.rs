@@ -121,15 +121,18 @@ impl Cursor {
         }
     }
 
+    #[inline]
     pub fn is_valid(&self) -> bool {
         self.at.is_some()
     }
 
+    #[inline]
     pub fn key(&self) -> &[u8] {
         let at = self.at.expect("cursor not on an entry");
         self.view.key(at)
     }
 
+    #[inline]
     pub fn value(&self) -> ValueRef<'_> {
         let at = self.at.expect("cursor not on an entry");
         match self.view.entry(at) {
@@ -205,6 +208,7 @@ impl Cursor {
     }
 
     /// Moves to the next entry (forward cursors).
+    #[inline]
     pub fn next(&mut self, pager: &Pager) -> Result<(), Error> {
         debug_assert!(self.forward);
         let Some(at) = self.at else {
@@ -219,6 +223,7 @@ impl Cursor {
     }
 
     /// Moves to the previous entry (backward cursors).
+    #[inline]
     pub fn prev(&mut self, pager: &Pager) -> Result<(), Error> {
         debug_assert!(!self.forward);
         let Some(at) = self.at else {
