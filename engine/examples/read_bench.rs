@@ -1,7 +1,7 @@
 //! Developer tool: times random point reads of an N-pair store (kv40-like
 //! pairs loaded in order, then checkpointed), so a profiler can be pointed at
 //! the lookup path alone.
-//! `cargo run --release -p kivi --example read_bench -- DIR N ROUNDS`
+//! `cargo run --release -p kivi --example read_bench -- DIR N ROUNDS [UPDATES]`
 use std::time::Instant;
 
 fn key(j: u64) -> [u8; 40] {
@@ -28,6 +28,23 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         i += 1000;
     }
     db.checkpoint()?;
+    // Random updates after the checkpoint leave most leaves with a delta, as
+    // the benchmark suite's reads after its update workloads see them.
+    let updates: u64 = args.get(4).map_or(Ok(0), |s| s.parse())?;
+    let mut y = 3u64;
+    let mut done = 0u64;
+    while done < updates {
+        let mut batch = kivi::WriteBatch::new();
+        for _ in 0..1000 {
+            y = y
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let k = key((y >> 33) % n);
+            batch.put(k, k)?;
+        }
+        db.write(batch)?;
+        done += 1000;
+    }
     let mut x = 7u64;
     for _ in 0..rounds {
         let t = Instant::now();

@@ -41,6 +41,7 @@ fn get_in(pager: &Pager, node: &Node, key: &[u8], out: &mut Vec<u8>) -> Result<b
         Body::Leaf { base, delta } => {
             base.prefetch_index();
             if let Some(d) = delta {
+                d.prefetch_index();
                 if let Ok(i) = d.find(key) {
                     return copy_entry(pager, d.entry(i), out);
                 }
