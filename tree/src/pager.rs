@@ -37,6 +37,13 @@ pub struct PagerStats {
     pub blob_reads: u64,
 }
 
+/// Segments the pager keeps open for reading, at most. Past it, opening one
+/// more closes another (whichever the map yields first: a reader in use
+/// stays valid, its `Arc` keeps the file open until that read is done). A
+/// store spread over more segments than this pays an open per read of a
+/// segment not kept open; bounded file handles matter more.
+pub const MAX_OPEN_SEGMENTS: usize = 256;
+
 pub struct Pager {
     storage: Arc<dyn Storage>,
     cache: Cache<u64, Arc<Node>, NodeWeight>,
@@ -45,7 +52,9 @@ pub struct Pager {
     /// Bytes of durably written nodes kept in memory in the tree itself (see
     /// `checkpoint::release_written`), reached without a cache lookup.
     resident: Arc<AtomicU64>,
+    /// Open segments, at most `max_open` (a file handle each).
     readers: RwLock<HashMap<u32, Arc<dyn SegmentReader>>>,
+    max_open: usize,
     /// Newest checkpoint generation known durable: a node written by a
     /// checkpoint of this generation or older may be dropped from memory.
     durable_generation: AtomicU64,
@@ -71,6 +80,7 @@ impl Pager {
             budget: cache_bytes.max(1),
             resident: Arc::new(AtomicU64::new(0)),
             readers: RwLock::new(HashMap::new()),
+            max_open: MAX_OPEN_SEGMENTS,
             durable_generation: AtomicU64::new(0),
             page_reads: AtomicU64::new(0),
             blob_reads: AtomicU64::new(0),
@@ -133,12 +143,29 @@ impl Pager {
         }
     }
 
+    /// Sets the most segments kept open (at least 1); for tests.
+    pub fn with_open_limit(mut self, max_open: usize) -> Self {
+        self.max_open = max_open.max(1);
+        self
+    }
+
+    /// Segments open for reading now.
+    pub fn open_segments(&self) -> usize {
+        self.readers.read().len()
+    }
+
     fn reader(&self, segment: u32) -> Result<Arc<dyn SegmentReader>, Error> {
         if let Some(r) = self.readers.read().get(&segment) {
             return Ok(r.clone());
         }
         let r = self.storage.open_segment(u64::from(segment))?;
-        self.readers.write().insert(segment, r.clone());
+        let mut readers = self.readers.write();
+        while readers.len() >= self.max_open {
+            let victim = *readers.keys().next().expect("the map is not empty");
+            readers.remove(&victim);
+        }
+        readers.insert(segment, r.clone());
+        debug_assert!(readers.len() <= self.max_open);
         Ok(r)
     }
 

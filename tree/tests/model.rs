@@ -202,7 +202,10 @@ fn step_sized(max_key: u16, max_batch: usize) -> impl Strategy<Value = Step> {
 }
 
 fn run(steps: Vec<Step>, cache_bytes: u64, cfg: TreeConfig, max_key: u16) {
-    let mut h = Harness::new(cache_bytes, cfg);
+    run_with(Harness::new(cache_bytes, cfg), steps, max_key);
+}
+
+fn run_with(mut h: Harness, steps: Vec<Step>, max_key: u16) -> Harness {
     let mut model = BTreeMap::new();
     for s in steps {
         match s {
@@ -229,6 +232,7 @@ fn run(steps: Vec<Step>, cache_bytes: u64, cfg: TreeConfig, max_key: u16) {
             .collect();
         h.assert_matches(&model, &probes);
     }
+    h
 }
 
 proptest! {
@@ -237,6 +241,17 @@ proptest! {
     #[test]
     fn tree_matches_model(steps in proptest::collection::vec(step(2000), 1..25)) {
         run(steps, 64 << 20, TreeConfig::default(), 2000);
+    }
+
+    #[test]
+    fn tree_matches_model_with_two_open_segments(steps in proptest::collection::vec(step(600), 1..25)) {
+        // Every checkpoint writes a segment of its own and the cache holds a
+        // few pages, so reads go to many segments through two open files.
+        let cfg = TreeConfig { page_target: 256, delta_max: 4, patch_max: 3 };
+        let mut h = Harness::new(4096, cfg);
+        h.pager = Pager::new(h.storage.clone(), 4096).with_open_limit(2);
+        let h = run_with(h, steps, 600);
+        prop_assert!(h.pager.open_segments() <= 2);
     }
 
     #[test]
