@@ -9,9 +9,11 @@ pub fn run(store: &Store, json: bool) -> Result<()> {
     let stats = db.stats()?;
     let mut out = io::stdout().lock();
     let text = if json {
-        // Every field of `kivi::Stats` under its own name, plus the total of segments.
+        // Every field of `kivi::Stats` under its own name, plus the total of
+        // segments and the space amplification (null for an empty store).
         let mut value = serde_json::to_value(&stats).expect("plain numbers and strings serialize");
         value["segments"] = (stats.commit_segments + stats.page_segments).into();
+        value["space_amplification"] = stats.space_amplification().into();
         serde_json::to_string_pretty(&value).expect("a JSON value serializes") + "\n"
     } else {
         human(&store.shown_dir(), &stats)
@@ -55,6 +57,11 @@ fn human(dir: &str, s: &kivi::Stats) -> String {
         ("file bytes", bytes(s.file_bytes)),
         ("  commit log", bytes(s.commit_log_bytes)),
         ("  page log", bytes(s.page_log_bytes)),
+        (
+            "space amplification",
+            s.space_amplification()
+                .map_or("-".into(), |a| format!("{a:.2}x (file bytes / live bytes)")),
+        ),
         (
             "segments",
             format!(

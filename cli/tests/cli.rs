@@ -157,6 +157,21 @@ fn load_from_a_file_commits_every_1000_lines_and_scan_shows_them_all() {
     assert_eq!(stats["pairs"], 2500);
     // One commit per 1,000 lines: sequence numbers count commits.
     assert_eq!(stats["seq"], 3, "{stats}");
+    // Space amplification is file bytes over live bytes, in both forms.
+    let (file, live) = (
+        stats["file_bytes"].as_f64().unwrap(),
+        stats["live_bytes"].as_f64().unwrap(),
+    );
+    assert!(live > 0.0 && file >= live, "{stats}");
+    let amp = stats["space_amplification"].as_f64().expect("a number");
+    assert!((amp - file / live).abs() < 1e-9, "{stats}");
+    let human = f.ok(&["stats"]);
+    assert!(
+        human.contains(&format!(
+            "space amplification  {amp:.2}x (file bytes / live bytes)"
+        )),
+        "{human}"
+    );
 }
 
 #[test]

@@ -54,6 +54,14 @@ pub struct Stats {
     pub last_error: Option<String>,
 }
 
+impl Stats {
+    /// File bytes over live bytes: how much room the store takes for what it
+    /// holds (1.0 is no overhead); `None` for an empty store.
+    pub fn space_amplification(&self) -> Option<f64> {
+        (self.live_bytes > 0).then(|| self.file_bytes as f64 / self.live_bytes as f64)
+    }
+}
+
 impl Db {
     /// Current numbers. Reads each segment's header to classify it.
     pub fn stats(&self) -> Result<Stats> {
