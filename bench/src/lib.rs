@@ -60,6 +60,10 @@ pub struct Record {
     /// The durability check: fsync-family calls per durable commit.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub syncs_per_commit: Option<f64>,
+    /// Workload 9's long update run: (updates done, bytes on disk per pair)
+    /// sampled as it goes, so space over time can be plotted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub space_samples: Option<Vec<(u64, f64)>>,
 }
 
 impl Record {
@@ -77,6 +81,7 @@ impl Record {
             peak_rss_bytes: None,
             reopen_seconds: None,
             syncs_per_commit: None,
+            space_samples: None,
         }
     }
 
@@ -123,6 +128,8 @@ const SYNC_PROBES: u64 = 1000;
 const SYNC_PROBE_BYTES: usize = 80;
 /// The long random-update run of workload 9 (steady-state space), in multiples of n.
 const STEADY_UPDATES: u64 = 3;
+/// Samples of bytes on disk taken during that run (space over time).
+const STEADY_SAMPLES: u64 = 30;
 
 /// Runs the suite, printing progress lines and the final tables to `out`.
 pub fn run(cfg: &Config, out: &mut dyn Write) -> Result<Vec<Record>, BenchError> {
@@ -291,10 +298,30 @@ fn run_store(cfg: &Config, kind: &Kind, dir: &Path, round: u32) -> Result<Vec<Re
     }
     if wants(cfg, 9) {
         let updates = STEADY_UPDATES * n;
-        timed(name, "9 long random-update run", updates, |t| {
-            workloads::random_update(s, updates, 0x5eed_0009, t).map(|_| ())
-        })?;
-        out.push(space(s, dir, name, "space_steady", n, round)?);
+        let chunk = (updates / STEADY_SAMPLES).max(1);
+        let mut samples = Vec::new();
+        timed(
+            name,
+            "9 long random-update run",
+            updates,
+            |t| -> Result<(), BenchError> {
+                let mut done = 0;
+                let mut seed = 0x5eed_0009;
+                while done < updates {
+                    let count = chunk.min(updates - done);
+                    workloads::updates(s, n, count, seed, 1 + n + done, t)?;
+                    done += count;
+                    seed += 1;
+                    let bytes = disk_bytes(dir)
+                        .map_err(|e| io_err(format!("measure {}", dir.display()), e))?;
+                    samples.push((done, bytes as f64 / n as f64));
+                }
+                Ok(())
+            },
+        )?;
+        let mut steady = space(s, dir, name, "space_steady", n, round)?;
+        steady.space_samples = Some(samples);
+        out.push(steady);
     }
     drop(store);
     if wants(cfg, 10) {

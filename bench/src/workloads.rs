@@ -81,18 +81,31 @@ pub fn random_read(store: &dyn Store, n: u64, tick: &dyn Fn(u64)) -> Result<Figu
 
 /// 3: n puts of random existing keys with new values, 1,000 per durable batch.
 pub fn random_update(store: &dyn Store, n: u64, seed: u64, tick: &dyn Fn(u64)) -> Result<Figure> {
+    updates(store, n, n, seed, 1, tick)
+}
+
+/// `count` puts of random keys among the `n` present, 1,000 per durable
+/// batch, with versions from `first_version` on.
+pub fn updates(
+    store: &dyn Store,
+    n: u64,
+    count: u64,
+    seed: u64,
+    first_version: u64,
+    tick: &dyn Fn(u64),
+) -> Result<Figure> {
     let mut rng = Rng::new(seed);
     let meter = Meter::start();
     let mut done = 0;
-    while done < n {
-        let count = BATCH.min(n - done);
-        let keys: Vec<u64> = (0..count).map(|_| rng.below(n)).collect();
+    while done < count {
+        let batch = BATCH.min(count - done);
+        let keys: Vec<u64> = (0..batch).map(|_| rng.below(n)).collect();
         // A batch holds each key once: the last version wins.
-        write_pairs(store, keys.iter().copied(), |i| 1 + done + i)?;
-        done += count;
-        tick(count);
+        write_pairs(store, keys.iter().copied(), |i| first_version + done + i)?;
+        done += batch;
+        tick(batch);
     }
-    Ok(meter.finish("random_update", "random update", n))
+    Ok(meter.finish("random_update", "random update", count))
 }
 
 /// 4: n operations alternating get and put on random keys; the puts of each
