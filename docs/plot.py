@@ -4,9 +4,10 @@
     pip install matplotlib
     python3 docs/plot.py OUT_PREFIX run.jsonl [more.jsonl ...]
 
-writes OUT_PREFIX-throughput.png (each store's best round per workload, as a
-ratio to kivi, log scale) and OUT_PREFIX-concurrent.png (puts per second
-against writer threads).
+writes OUT_PREFIX-throughput.png (each store's best round per workload, log
+scale), OUT_PREFIX-concurrent.png (puts per second against writer threads)
+and OUT_PREFIX-space.png (bytes on disk per pair during workload 9's long
+update run), each when the runs hold what it shows.
 """
 
 import json
@@ -86,13 +87,45 @@ def concurrent(best, n, out):
     fig.savefig(out, dpi=110)
 
 
+def space(paths, out):
+    """Bytes on disk per pair during workload 9's long update run, per store
+    (the first round that has samples)."""
+    series = {}
+    n = None
+    for path in paths:
+        with open(path) as f:
+            for line in f:
+                r = json.loads(line)
+                if r.get("space_samples") and r["store"] not in series:
+                    n = r["n"]
+                    series[r["store"]] = r["space_samples"]
+    if not series:
+        return False
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for s in STORES:
+        if s in series:
+            pts = series[s]
+            ax.plot([u / n for u, _ in pts], [b for _, b in pts], marker=".", label=s)
+    ax.set_xlabel("random updates done, in multiples of n")
+    ax.set_ylabel("bytes on disk per pair")
+    ax.set_title(f"space during durable random updates, n = {n:,}")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    return True
+
+
 def main():
     if len(sys.argv) < 3:
         sys.exit(__doc__)
     prefix, paths = sys.argv[1], sys.argv[2:]
     best, n = load(paths)
-    throughput(best, n, f"{prefix}-throughput.png")
-    concurrent(best, n, f"{prefix}-concurrent.png")
+    if any(w in best for w in THROUGHPUT):
+        throughput(best, n, f"{prefix}-throughput.png")
+    if any(f"concurrent_put_{t}" in best for t in (1, 2, 8, 64)):
+        concurrent(best, n, f"{prefix}-concurrent.png")
+    space(paths, f"{prefix}-space.png")
 
 
 if __name__ == "__main__":
