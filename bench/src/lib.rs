@@ -266,7 +266,8 @@ fn run_store(cfg: &Config, kind: &Kind, dir: &Path, round: u32) -> Result<Vec<Re
         })?;
         out.push(Record::of(name, &f, n, round));
     }
-    if wants(cfg, 9) {
+    // "After 3 and 4" means nothing when neither ran.
+    if wants(cfg, 9) && (wants(cfg, 3) || wants(cfg, 4)) {
         out.push(space(s, dir, name, "space_after_updates", n, round)?);
     }
     if wants(cfg, 5) {
