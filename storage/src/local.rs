@@ -271,7 +271,7 @@ impl Storage for LocalDir {
 /// tail, no disk blocks), so that most appends do not change the file's size:
 /// fdatasync then has only data to make durable and no inode size, which
 /// measured 0.64× the latency of an appending fdatasync on ext4 (see
-/// docs/benchmarks.md). A crash can leave the zeros of the tail behind;
+/// ARCHITECTURE.md, LocalDir). A crash can leave the zeros of the tail behind;
 /// readers stop at the first invalid record, as at any torn tail, and a
 /// clean close trims them.
 const SIZE_STEP: u64 = 8 << 20;

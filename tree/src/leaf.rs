@@ -319,20 +319,19 @@ impl LeafData {
     }
 
     /// Asks the CPU to start fetching the whole leaf into cache. A cursor
-    /// calls this on arriving at a leaf: leaves of an updated tree sit at
-    /// scattered heap addresses, and a leaf spans two or more 4 KiB pages,
-    /// where the hardware prefetcher stops, so without it every few entries
-    /// would wait for DRAM in turn. Fetching it all at once overlaps those
-    /// waits (measured: ordered scans after random updates 1.5x faster).
+    /// calls this for the leaf it moves to next (and for the one a seek
+    /// lands on): leaves of an updated tree sit at scattered heap addresses,
+    /// and a leaf spans two or more 4 KiB pages, where the hardware
+    /// prefetcher stops, so without it every few entries would wait for DRAM
+    /// in turn. Fetching it all at once overlaps those waits (measured:
+    /// ordered scans after random updates 1.5x faster).
     #[inline]
     pub fn prefetch(&self) {
-        {
-            let used = self.layout().data + (self.data_len as usize).div_ceil(8);
-            let words = &self.buf[..used.min(self.buf.len())];
-            // Eight words are one 64-byte cache line.
-            for line in words.chunks(8) {
-                prefetch_line(line.as_ptr().cast());
-            }
+        let used = self.layout().data + (self.data_len as usize).div_ceil(8);
+        let words = &self.buf[..used.min(self.buf.len())];
+        // Eight words are one 64-byte cache line.
+        for line in words.chunks(8) {
+            prefetch_line(line.as_ptr().cast());
         }
     }
 

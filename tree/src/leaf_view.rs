@@ -40,16 +40,18 @@ impl LeafView {
         let Body::Leaf { base, delta } = node.body() else {
             panic!("LeafView::of an internal node");
         };
-        base.prefetch();
-        if let Some(d) = delta {
-            d.prefetch();
-        }
         LeafView {
             base: base.clone(),
             delta: delta.clone().unwrap_or_default(),
             bi: 0,
             di: 0,
         }
+    }
+
+    /// Asks the CPU to start fetching the whole leaf, base and delta.
+    pub(crate) fn prefetch(&self) {
+        self.base.prefetch();
+        self.delta.prefetch();
     }
 
     /// Moves the gap to just before the first key >= `key`.

@@ -107,6 +107,9 @@ pub struct Cursor {
     edge: Vec<u8>,
     has_edge: bool,
     forward: bool,
+    /// The previous leaf's `prefetch_ahead` already asked for the leaf the
+    /// cursor moves to next, so arriving there need not ask again.
+    next_prefetched: bool,
 }
 
 impl Cursor {
@@ -119,6 +122,7 @@ impl Cursor {
             edge: Vec::new(),
             has_edge: false,
             forward: true,
+            next_prefetched: false,
         }
     }
 
@@ -156,6 +160,9 @@ impl Cursor {
             node = child;
         }
         self.view = LeafView::of(&node);
+        if !std::mem::take(&mut self.next_prefetched) {
+            self.view.prefetch();
+        }
         Ok(())
     }
 
@@ -164,6 +171,7 @@ impl Cursor {
         self.at = None;
         self.has_edge = false;
         self.forward = forward;
+        self.next_prefetched = false;
         self.root.clone()
     }
 
@@ -242,7 +250,7 @@ impl Cursor {
     /// next one, and the node header of the one after, whose buffer the
     /// following call will fetch. Leaves of an updated tree are scattered
     /// over the heap, so without this a scan waits for DRAM at every leaf.
-    fn prefetch_ahead(&self) {
+    fn prefetch_ahead(&mut self) {
         let Some((parent, i)) = self.stack.last() else {
             return;
         };
@@ -258,7 +266,8 @@ impl Cursor {
             },
             _ => None,
         };
-        if let Some(n) = mem_child(near) {
+        let near = mem_child(near);
+        if let Some(n) = near {
             n.prefetch_leaf();
         }
         if let Some(n) = mem_child(far) {
@@ -266,6 +275,7 @@ impl Cursor {
             prefetch_line(at);
             prefetch_line(at.wrapping_add(64));
         }
+        self.next_prefetched = near.is_some();
     }
 
     fn next_leaf(&mut self, pager: &Pager) -> Result<(), Error> {
