@@ -18,6 +18,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from tables import STORES  # noqa: E402  (docs/tables.py, beside this file)
 
 THROUGHPUT = [
     "bulk_insert",
@@ -27,7 +28,6 @@ THROUGHPUT = [
     "range_scan",
     "hotspot_read",
 ]
-STORES = ["kivi", "lmdb", "rocksdb", "leveldb", "redb", "fjall"]
 
 
 def load(paths):

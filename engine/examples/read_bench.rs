@@ -4,47 +4,20 @@
 //! `cargo run --release -p kivi --example read_bench -- DIR N ROUNDS [UPDATES]`
 use std::time::Instant;
 
-fn key(j: u64) -> [u8; 40] {
-    let mut k = [0u8; 40];
-    k[..8].copy_from_slice(&j.to_be_bytes());
-    k[8..16].copy_from_slice(&j.wrapping_mul(0x9e37_79b9_7f4a_7c15).to_le_bytes());
-    k
-}
+mod common;
+use common::key;
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> common::Result<()> {
     let args: Vec<String> = std::env::args().collect();
     let dir = args.get(1).map(String::as_str).unwrap_or("/tmp/read_bench");
     let n: u64 = args.get(2).map_or(Ok(1_000_000), |s| s.parse())?;
     let rounds: u32 = args.get(3).map_or(Ok(5), |s| s.parse())?;
-    let _ = std::fs::remove_dir_all(dir);
-    let db = kivi::Db::open(dir, kivi::Options::default())?;
-    let mut i = 0u64;
-    while i < n {
-        let mut batch = kivi::WriteBatch::new();
-        for j in i..(i + 1000).min(n) {
-            batch.put(key(j), key(j))?;
-        }
-        db.write(batch)?;
-        i += 1000;
-    }
+    let db = common::load(dir, n)?;
     db.checkpoint()?;
     // Random updates after the checkpoint leave most leaves with a delta, as
     // the benchmark suite's reads after its update workloads see them.
     let updates: u64 = args.get(4).map_or(Ok(0), |s| s.parse())?;
-    let mut y = 3u64;
-    let mut done = 0u64;
-    while done < updates {
-        let mut batch = kivi::WriteBatch::new();
-        for _ in 0..1000 {
-            y = y
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            let k = key((y >> 33) % n);
-            batch.put(k, k)?;
-        }
-        db.write(batch)?;
-        done += 1000;
-    }
+    common::update(&db, n, updates, 3)?;
     let mut x = 7u64;
     for _ in 0..rounds {
         let t = Instant::now();
