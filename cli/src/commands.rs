@@ -76,6 +76,27 @@ fn write_pair(store: &Store, out: &mut impl Write, key: &[u8], value: &[u8]) -> 
     out.write_all(b"\n")
 }
 
+/// Compacts the store and prints what it took before and after.
+pub fn compact(store: &Store) -> Result<()> {
+    let db = store.open_writable()?;
+    let before = db.stats()?;
+    db.compact()?;
+    let after = db.stats()?;
+    db.close()?;
+    let mut out = io::stdout().lock();
+    writeln!(
+        out,
+        "compacted {}: {} pairs; file bytes {} -> {} ({} segments deleted, {} bytes of pages copied)",
+        store.shown_dir(),
+        after.pairs,
+        before.file_bytes,
+        after.file_bytes,
+        after.cleaned_segments,
+        after.cleaner_copied_bytes
+    )
+    .map_err(stdout_error)
+}
+
 /// Prints a one-line summary when healthy; otherwise one line per problem
 /// on standard output (the report), and fails. A store that cannot even be
 /// opened is reported the same way, its opening error being the problem.

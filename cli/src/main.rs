@@ -102,6 +102,11 @@ enum Command {
         naming the file and offset, and exits 2."
     )]
     Check,
+    /// Copy every live page into new segments and delete every file that no longer holds anything live
+    #[command(
+        long_about = "Clean the whole store now: copy every page and value still in use into         new segments, start a new commit log segment, and delete every file that no longer         holds anything live. The background cleaner keeps the files within twice the live         bytes on its own; this brings them down to little more than the live bytes, for         example after deleting much of the data. Prints the file bytes before and after."
+    )]
+    Compact,
     /// Print the store's numbers: pairs, bytes, segments, tree height, cache use, ...
     Stats {
         /// Print one JSON object (snake_case field names) instead of text
@@ -158,6 +163,7 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::Load { file } => load::run(&store, file.as_deref()),
         Command::Check => commands::check(&store),
+        Command::Compact => commands::compact(&store),
         Command::Stats { json } => stats::run(&store, *json),
         Command::Bench(_) => unreachable!("handled above"),
     }

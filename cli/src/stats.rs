@@ -14,6 +14,7 @@ pub fn run(store: &Store, json: bool) -> Result<()> {
         let mut value = serde_json::to_value(&stats).expect("plain numbers and strings serialize");
         value["segments"] = (stats.commit_segments + stats.page_segments).into();
         value["space_amplification"] = stats.space_amplification().into();
+        value["cache_hit_rate"] = stats.cache_hit_rate().into();
         serde_json::to_string_pretty(&value).expect("a JSON value serializes") + "\n"
     } else {
         human(&store.shown_dir(), &stats)
@@ -98,6 +99,15 @@ fn human(dir: &str, s: &kivi::Stats) -> String {
         ("checkpoints", s.checkpoints.to_string()),
         ("failed checkpoints", s.failed_checkpoints.to_string()),
         (
+            "cleaner",
+            format!(
+                "{} page segments deleted, {} copied out of them first, {} waiting for readers",
+                s.cleaned_segments,
+                bytes(s.cleaner_copied_bytes),
+                s.retiring_segments
+            ),
+        ),
+        (
             "replayed at open",
             format!("{} commits", s.replayed_at_open),
         ),
@@ -114,7 +124,9 @@ fn human(dir: &str, s: &kivi::Stats) -> String {
     ];
     let mut text: String = rows.iter().map(|(k, v)| format!("{k:<20} {v}\n")).collect();
     // The counters live in memory: a reading command sees only its own work.
-    text.push_str("(cache, read, commit and checkpoint counters cover this command only)\n");
+    text.push_str(
+        "(cache, read, commit, checkpoint and cleaner counters cover this command only)\n",
+    );
     text
 }
 

@@ -575,3 +575,35 @@ fn bench_refuses_a_directory_that_is_not_its_own() {
         "mine"
     );
 }
+
+#[test]
+fn compact_after_deleting_everything_brings_the_files_under_a_mib() {
+    let f = Fixture::new();
+    // 100 pairs of 30 KB values (out of line), written twice: ~6 MB of files.
+    let lines: String = (0..100)
+        .map(|i| format!("key{i:03}\t{}\n", "v".repeat(30_000 + i)))
+        .collect();
+    let file = f.path("pairs.tsv");
+    fs::write(&file, &lines).unwrap();
+    f.ok(&["load", file.to_str().unwrap()]);
+    f.ok(&["load", file.to_str().unwrap()]);
+    let before = stats_json(&f)["file_bytes"].as_u64().unwrap();
+    assert!(before > 2 << 20, "{before}");
+    for i in 0..100 {
+        f.ok(&["del", &format!("key{i:03}")]);
+    }
+    let said = f.ok(&["compact"]);
+    assert!(
+        said.starts_with("compacted ") && said.contains(" 0 pairs"),
+        "{said}"
+    );
+    let after = stats_json(&f);
+    assert_eq!(after["pairs"], 0, "{after}");
+    let bytes = after["file_bytes"].as_u64().unwrap();
+    assert!(
+        bytes < 1 << 20,
+        "{bytes} bytes after compacting an empty store"
+    );
+    assert_eq!(f.ok(&["scan"]), "");
+    f.ok(&["check"]);
+}

@@ -186,6 +186,7 @@ impl Db {
                 let at = DiskRef {
                     page,
                     subtree: c.tree_bytes,
+                    oldest: c.root_oldest,
                 };
                 match inner.pager.load_uncached(at, c.root_level) {
                     Ok(root) => {

@@ -16,11 +16,13 @@ use crate::db::Inner;
 use crate::error::{Error, Result};
 use crate::page_log::PageLog;
 use crate::pipeline::{Reply, Request};
+use crate::version::Epoch;
 use kivi_log::CheckpointRecord;
-use kivi_tree::{write_tree, WriteStats};
+use kivi_storage::SegmentId;
+use kivi_tree::{write_tree, TreeWrite, WriteStats};
 use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -44,17 +46,111 @@ pub(crate) struct Checkpointer {
     generation: u64,
     /// Sequence number of the newest durable checkpoint, if any this session.
     last_seq: Option<u64>,
+    /// The cleaner's line: the next checkpoint copies whatever the tree
+    /// still references in page segments before it. Never moves back.
+    floor: u32,
+    /// Page segments before this hold nothing the newest durable checkpoint
+    /// references (its tree's oldest segment).
+    durable_oldest: u32,
+    /// Page segments no durable checkpoint references any more, each with
+    /// the epochs of the versions that may still read it (every epoch before
+    /// the checkpoint that let it go and still alive then); deleted once all
+    /// of those are gone.
+    retiring: Vec<(Vec<Weak<Epoch>>, SegmentId)>,
+    /// Epochs before the newest checkpoint's that were alive at its end.
+    old_epochs: Vec<Weak<Epoch>>,
+    /// Bytes the last checkpoint wrote: about what the next one will add
+    /// before the segments it frees can go.
+    last_written: Option<u64>,
 }
 
 impl Checkpointer {
-    pub fn new(pages: PageLog) -> Self {
+    pub fn new(pages: PageLog, durable_oldest: u32) -> Self {
         Checkpointer {
             pages,
             undeleted: Vec::new(),
             generation: 0,
             last_seq: None,
+            floor: 0,
+            durable_oldest,
+            retiring: Vec::new(),
+            old_epochs: Vec::new(),
+            last_written: None,
         }
     }
+
+    /// The page segment being appended to and the bytes written to it.
+    pub fn current_segment(&self) -> Option<(SegmentId, u64)> {
+        self.pages.current()
+    }
+
+    /// Bytes of the page segments the durable tree may still use.
+    fn page_bytes(&self) -> u64 {
+        self.pages
+            .segments()
+            .range(u64::from(self.durable_oldest)..)
+            .map(|(_, len)| len)
+            .sum()
+    }
+
+    /// Where the next checkpoint should clean up to. The store's files are
+    /// to stay within `max` times its live bytes. The files are the page
+    /// segments, the commit log (`log_bytes`) and, until the checkpoint is
+    /// durable and the segments it frees are deleted, what the checkpoint
+    /// writes (estimated by what the last one wrote, at most the tree's
+    /// size). The live bytes are taken as the tree's alone (`tree_bytes`):
+    /// the commit log since the last checkpoint is live too (`stats`
+    /// counts it), but a checkpoint retires it, after which the files must
+    /// still fit. While all that fits, the floor stays; otherwise it moves
+    /// past the oldest page segments, as many as the excess needs, at most
+    /// `CLEAN_STEP_BYTES` of them per checkpoint (at least one), never into
+    /// the segment being written.
+    fn plan_floor(&self, tree_bytes: u64, log_bytes: u64, max: f64) -> u32 {
+        let allowed = (tree_bytes as f64 * max) as u64;
+        let coming = self.last_written.unwrap_or(tree_bytes).min(tree_bytes);
+        let mut total = self.page_bytes() + log_bytes + coming;
+        if total <= allowed {
+            return self.floor;
+        }
+        let current = self.pages.current_id();
+        let mut floor = self.floor.max(self.durable_oldest);
+        let mut step = 0u64;
+        for (&id, &len) in self.pages.segments().range(u64::from(floor)..) {
+            if Some(id) == current
+                || total <= allowed
+                || (step > 0 && step + len > CLEAN_STEP_BYTES)
+            {
+                break;
+            }
+            total -= len;
+            step += len;
+            floor = id as u32 + 1;
+        }
+        floor.max(self.floor)
+    }
+}
+
+/// Space figures the cleaner plans with.
+#[derive(Debug, Clone, Copy)]
+struct Space {
+    /// The durable tree.
+    tree: u64,
+    /// The commit log's files.
+    log: u64,
+}
+
+/// Most bytes of page segments one checkpoint cleans (unless a single
+/// segment is larger): bounds the extra work, and the memory of the
+/// relocation map, each checkpoint carries.
+const CLEAN_STEP_BYTES: u64 = 64 << 20;
+
+/// What a checkpoint is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CheckpointKind {
+    /// Retire the commit log; clean as the space target needs.
+    Regular,
+    /// Copy every live page into a new segment and delete everything else.
+    Compact,
 }
 
 #[derive(Default)]
@@ -117,19 +213,21 @@ fn run(inner: &Inner) -> Result<()> {
                 .checkpointed_log_bytes
                 .load(Ordering::Relaxed),
         );
+        drop(v);
         let idle = inner
             .now_ms()
             .saturating_sub(inner.counters.last_commit_ms.load(Ordering::Relaxed))
             >= IDLE_MS;
         let due = redo >= inner.opts.checkpoint_bytes
-            || (idle && redo >= inner.opts.checkpoint_bytes / 16);
-        drop(v);
-        if due && inner.run_checkpoint().is_err() {
+            || (idle && redo >= inner.opts.checkpoint_bytes / 16)
+            || (idle && inner.cleaning_wanted());
+        if due && inner.run_checkpoint(CheckpointKind::Regular).is_err() {
             let mut st = inner.background.state.lock();
             if !st.stop {
                 inner.background.cond.wait_for(&mut st, RETRY_PAUSE);
             }
         }
+        inner.delete_retired();
     }
     // A last checkpoint, so that the next open has little to replay. Not
     // for a small backlog, though: each checkpoint starts a page segment, and
@@ -150,15 +248,79 @@ fn run(inner: &Inner) -> Result<()> {
     if pending >= FINAL_CHECKPOINT_MIN_BYTES
         || (pending > 0 && segments >= FINAL_CHECKPOINT_MIN_SEGMENTS)
     {
-        inner.run_checkpoint()?;
+        inner.run_checkpoint(CheckpointKind::Regular)?;
     }
+    inner.delete_retired();
     Ok(())
 }
 
 impl Inner {
+    /// Live bytes as `stats` counts them (the durable tree plus the commit
+    /// log since) and the bytes of the commit log.
+    fn space_now(&self) -> Space {
+        let tree = self
+            .counters
+            .checkpointed_tree_bytes
+            .load(Ordering::Relaxed);
+        let log = self.writer.lock().as_ref().map_or(0, |w| w.log.bytes());
+        Space { tree, log }
+    }
+
+    fn plan_floor(&self, c: &Checkpointer, space: Space) -> u32 {
+        c.plan_floor(space.tree, space.log, self.opts.space_amplification_max)
+    }
+
+    /// Whether the files are over the space target and a checkpoint could
+    /// clean some of it away.
+    fn cleaning_wanted(&self) -> bool {
+        let space = self.space_now();
+        let guard = self.checkpointer.lock();
+        let Some(c) = guard.as_ref() else {
+            return false;
+        };
+        self.plan_floor(c, space) > c.durable_oldest
+    }
+
+    /// Deletes the page segments no checkpoint references once no version
+    /// that could read them is left. Oldest first is not needed here: page
+    /// segments are found by listing, not by a chain.
+    pub(crate) fn delete_retired(&self) {
+        let mut guard = self.checkpointer.lock();
+        let Some(c) = guard.as_mut() else {
+            return;
+        };
+        let mut i = 0;
+        while i < c.retiring.len() {
+            let (epochs, id) = &c.retiring[i];
+            if epochs.iter().any(|e| e.strong_count() > 0) {
+                i += 1;
+                continue;
+            }
+            let id = *id;
+            match self.storage.delete_segment(id) {
+                Ok(()) => {
+                    self.pager.close_segment(id as u32);
+                    c.pages.forget(id);
+                    c.retiring.swap_remove(i);
+                    self.counters
+                        .cleaned_segments
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    *self.last_error.lock() = Some(format!("deleting a cleaned page segment: {e}"));
+                    i += 1;
+                }
+            }
+        }
+        self.counters
+            .retiring_segments
+            .store(c.retiring.len() as u64, Ordering::Relaxed);
+    }
+
     /// Takes a checkpoint of the current version. `Ok(false)` when there was
-    /// nothing new to write.
-    pub(crate) fn run_checkpoint(&self) -> Result<bool> {
+    /// nothing to do: nothing new to write and nothing to clean.
+    pub(crate) fn run_checkpoint(&self, kind: CheckpointKind) -> Result<bool> {
+        let space = self.space_now();
         let mut guard = self.checkpointer.lock();
         let Some(c) = guard.as_mut() else {
             return Err(Error::ReadOnly);
@@ -167,26 +329,33 @@ impl Inner {
         let covered = c
             .last_seq
             .unwrap_or(self.counters.checkpointed_seq.load(Ordering::Relaxed));
-        if v.seq == covered
-            && v.log_bytes == self.counters.checkpointed_log_bytes.load(Ordering::Relaxed)
-        {
+        let nothing_new = v.seq == covered
+            && v.log_bytes == self.counters.checkpointed_log_bytes.load(Ordering::Relaxed);
+        let floor = match kind {
+            CheckpointKind::Regular => self.plan_floor(c, space),
+            CheckpointKind::Compact => {
+                // Everything written so far is to be copied into a segment
+                // of its own, so every older one can go.
+                c.pages.finish_segment()?;
+                c.pages
+                    .current_id()
+                    .map_or(c.floor, |id| id as u32)
+                    .max(c.floor)
+            }
+        };
+        if kind == CheckpointKind::Regular && nothing_new && floor <= c.durable_oldest {
             return Ok(false);
         }
         c.generation += 1;
         let generation = c.generation;
         let mut stats = WriteStats::default();
-        let attempt = (|| -> Result<(CheckpointRecord, Vec<u64>)> {
-            let root = match &v.root {
-                Some(r) => Some(write_tree(
-                    &self.pager,
-                    r,
-                    generation,
-                    &mut c.pages,
-                    &mut stats,
-                )?),
-                None => None,
+        let attempt = (|| -> Result<(CheckpointRecord, Vec<u64>, Weak<Epoch>)> {
+            let written = match &v.root {
+                Some(r) => write_tree(&self.pager, r, generation, floor, &mut c.pages, &mut stats)?,
+                None => TreeWrite::default(),
             };
             c.pages.sync()?;
+            let root = written.root;
             let rec = CheckpointRecord {
                 seq: v.seq,
                 // Set by the leader when it appends the record.
@@ -196,16 +365,22 @@ impl Inner {
                 page_end: c.pages.end(),
                 pairs: v.pairs,
                 tree_bytes: root.map_or(0, |d| d.subtree),
+                root_oldest: root.map_or(0, |d| d.oldest),
             };
             match self.submit(Request::Checkpoint {
                 record: rec,
                 generation,
+                moved: written,
+                fresh_segment: kind == CheckpointKind::Compact,
             })? {
-                Reply::Checkpoint(obsolete) => Ok((rec, obsolete)),
+                Reply::Checkpoint {
+                    obsolete,
+                    old_epoch,
+                } => Ok((rec, obsolete, old_epoch)),
                 Reply::Write(_) => unreachable!("checkpoint answered as a write"),
             }
         })();
-        let (rec, obsolete) = match attempt {
+        let (rec, obsolete, old_epoch) = match attempt {
             Ok(x) => x,
             Err(e) => {
                 c.pages.checkpoint_failed();
@@ -229,11 +404,32 @@ impl Inner {
             }
             c.undeleted.remove(0);
         }
+        // Page segments the durable tree no longer uses retire; the versions
+        // of the epoch before this checkpoint may still read them.
+        debug_assert!(rec.root.is_none() || rec.root_oldest >= floor.min(rec.page_end.segment));
+        c.floor = floor;
+        c.durable_oldest = unreferenced_below(&rec);
+        let retire: Vec<SegmentId> = c
+            .pages
+            .segments()
+            .range(..u64::from(c.durable_oldest))
+            .map(|(&id, _)| id)
+            .filter(|id| !c.retiring.iter().any(|(_, r)| r == id))
+            .collect();
+        c.old_epochs.retain(|e| e.strong_count() > 0);
+        c.old_epochs.push(old_epoch);
+        let epochs = c.old_epochs.clone();
+        c.retiring
+            .extend(retire.into_iter().map(|id| (epochs.clone(), id)));
+        c.last_written = Some(stats.bytes);
         let counters = &self.counters;
         counters.checkpoints.fetch_add(1, Ordering::Relaxed);
         counters
             .checkpoint_bytes
             .fetch_add(stats.bytes, Ordering::Relaxed);
+        counters
+            .cleaner_copied_bytes
+            .fetch_add(stats.relocated_bytes, Ordering::Relaxed);
         counters
             .checkpointed_log_bytes
             .store(v.log_bytes, Ordering::Relaxed);
@@ -241,6 +437,19 @@ impl Inner {
             .checkpointed_tree_bytes
             .store(rec.tree_bytes, Ordering::Relaxed);
         counters.checkpointed_seq.store(rec.seq, Ordering::Relaxed);
+        drop(v);
+        drop(guard);
+        self.delete_retired();
         Ok(true)
+    }
+}
+
+/// Page segments before the returned id hold nothing checkpoint `rec`
+/// references: its tree's oldest segment, or for an empty tree the segment
+/// its page stream ends in (which recovery expects to find).
+pub(crate) fn unreferenced_below(rec: &CheckpointRecord) -> u32 {
+    match rec.root {
+        Some(_) => rec.root_oldest,
+        None => rec.page_end.segment,
     }
 }

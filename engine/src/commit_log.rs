@@ -69,11 +69,12 @@ impl CommitLog {
     /// when the current one is full, closes it and starts the next.
     fn ensure_segment(
         &mut self,
-        checkpoint_seq: Option<u64>,
+        checkpoint: Option<(u64, bool)>,
     ) -> Result<&mut SegmentAppender, Error> {
         let covered = |cur: &SegmentAppender, seg: Option<&LogSegment>| {
-            checkpoint_seq.is_some_and(|s| {
-                seg.is_some_and(|g| g.max_seq <= s) && cur.len() > ROLL_FOR_CHECKPOINT
+            checkpoint.is_some_and(|(s, fresh)| {
+                let threshold = if fresh { 0 } else { ROLL_FOR_CHECKPOINT };
+                seg.is_some_and(|g| g.max_seq <= s) && cur.len() > threshold
             })
         };
         let roll = match &self.current {
@@ -124,17 +125,19 @@ impl CommitLog {
     /// Appends one group's records in a single write, then makes them durable
     /// if `sync`. On failure the records are cut off (never read back) and
     /// the next append starts a new segment.
-    /// `checkpoint_seq` is the sequence number a checkpoint record in the
-    /// group covers, if it holds one. `records` gets how much of the segment
+    /// `checkpoint` is the sequence number a checkpoint record in the group
+    /// covers, if it holds one, and whether it wants a fresh segment (else it
+    /// gets one when the current segment holds over 1 MiB of commits it
+    /// covers). `records` gets how much of the segment
     /// is durable so far, which every record states (see kivi-log's scan).
     pub fn append_group(
         &mut self,
         seq: Option<u64>,
-        checkpoint_seq: Option<u64>,
+        checkpoint: Option<(u64, bool)>,
         records: &mut dyn FnMut(&mut Emit<'_>, u64),
         sync: bool,
     ) -> Result<(), Error> {
-        let app = self.ensure_segment(checkpoint_seq)?;
+        let app = self.ensure_segment(checkpoint)?;
         let start = app.len();
         let synced_through = app.synced_len();
         records(
@@ -161,6 +164,17 @@ impl CommitLog {
             seg.max_seq = seq;
         }
         Ok(())
+    }
+
+    /// The segment being appended to and the bytes written to it (its file
+    /// may be longer: it is grown ahead of the data).
+    pub fn current(&self) -> Option<(SegmentId, u64)> {
+        self.current.as_ref().map(|c| (c.id(), c.len()))
+    }
+
+    /// Bytes of the commit segments retained.
+    pub fn bytes(&self) -> u64 {
+        self.segments.iter().map(|s| s.bytes).sum()
     }
 
     /// Commit segments retained.

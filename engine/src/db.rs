@@ -1,7 +1,7 @@
 //! The database handle: opening, reading, writing, closing.
 
 use crate::batch::{BatchOp, WriteBatch};
-use crate::checkpointer::{Background, Checkpointer};
+use crate::checkpointer::{unreferenced_below, Background, CheckpointKind, Checkpointer};
 use crate::commit_log::CommitLog;
 use crate::error::{Error, Result};
 use crate::identity::{self, IDENTITY};
@@ -11,7 +11,7 @@ use crate::options::{Durability, Options};
 use crate::page_log::PageLog;
 use crate::pipeline::{Pipeline, Reply, Request, Ticket, WriteOutcome};
 use crate::recovery::recover;
-use crate::version::{Reclaimer, Version};
+use crate::version::{Epoch, Reclaimer, Version};
 use arc_swap::ArcSwap;
 use kivi_log::{CheckpointRecord, CommitRecord, OpRef, RecordType, SegmentIds};
 use kivi_storage::{LocalDir, Storage};
@@ -44,6 +44,12 @@ pub(crate) struct Counters {
     pub checkpointed_seq: AtomicU64,
     /// Milliseconds since open of the last commit, for idle detection.
     pub last_commit_ms: AtomicU64,
+    /// Page segments the cleaner deleted, and the bytes of live records it
+    /// copied out of them first.
+    pub cleaned_segments: AtomicU64,
+    pub cleaner_copied_bytes: AtomicU64,
+    /// Page segments no checkpoint uses that wait for old readers to finish.
+    pub retiring_segments: AtomicU64,
 }
 
 pub(crate) struct Inner {
@@ -194,13 +200,17 @@ impl Db {
                 store_id,
                 opts.segment_bytes,
                 rec.page_end,
+                rec.page_segments.clone(),
             );
             (
                 Some(Writer {
                     log,
                     seq: rec.version.seq,
                 }),
-                Some(Checkpointer::new(pages)),
+                Some(Checkpointer::new(
+                    pages,
+                    rec.checkpoint.as_ref().map_or(0, unreferenced_below),
+                )),
             )
         };
         let mut version = rec.version;
@@ -290,7 +300,7 @@ impl Db {
         }
         match self.inner().submit(Request::Write(batch))? {
             Reply::Write(o) => Ok(o),
-            Reply::Checkpoint(_) => unreachable!("write answered with a checkpoint reply"),
+            Reply::Checkpoint { .. } => unreachable!("write answered with a checkpoint reply"),
         }
     }
 
@@ -356,7 +366,29 @@ impl Db {
 
     /// Writes a checkpoint now: afterwards, reopening replays nothing.
     pub fn checkpoint(&self) -> Result<()> {
-        self.inner().run_checkpoint().map(|_| ())
+        self.inner()
+            .run_checkpoint(CheckpointKind::Regular)
+            .map(|_| ())
+    }
+
+    /// Cleans the whole store now: copies every live page into a new page
+    /// segment, moves the commit log to a new segment, and deletes every
+    /// file that no longer holds anything live. Afterwards the files hold
+    /// little more than the live data (segments still readable by an open
+    /// snapshot or iterator are deleted once it is dropped).
+    pub fn compact(&self) -> Result<()> {
+        let inner = self.inner();
+        inner.run_checkpoint(CheckpointKind::Compact)?;
+        // Superseded versions are freed on another thread; give it a moment
+        // so the cleaned segments go now rather than at the next tick.
+        for _ in 0..100 {
+            inner.delete_retired();
+            if inner.counters.retiring_segments.load(Ordering::Relaxed) == 0 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        Ok(())
     }
 
     /// Closes the store: a final checkpoint, then every file closed. Other
@@ -428,8 +460,13 @@ impl Inner {
                     let outcome = self.decide(batch, &base, &mut overlay, &mut ops);
                     replies.push(Some(outcome.map(Reply::Write)));
                 }
-                Request::Checkpoint { record, generation } => {
-                    checkpoints.push((*record, *generation));
+                Request::Checkpoint {
+                    record,
+                    generation,
+                    moved,
+                    fresh_segment,
+                } => {
+                    checkpoints.push((*record, *generation, moved, *fresh_segment));
                     replies.push(None);
                 }
             }
@@ -487,14 +524,17 @@ impl Inner {
         let appended_before = w.log.appended;
         let result = w.log.append_group(
             applied.is_some().then_some(seq),
-            checkpoints.iter().map(|c| c.0.seq).max(),
+            checkpoints
+                .iter()
+                .map(|c| (c.0.seq, c.3))
+                .max_by_key(|c| c.0),
             &mut |emit, synced| {
                 if applied.is_some() {
                     emit(RecordType::Commit, &mut |out| {
                         CommitRecord::encode(out, synced, seq, op_refs.iter().copied())
                     });
                 }
-                for (c, _) in &checkpoints {
+                for (c, ..) in &checkpoints {
                     // The last commit in the log precedes the record: this
                     // group's, if it has one.
                     let record = CheckpointRecord { log_seq: seq, ..*c };
@@ -525,6 +565,7 @@ impl Inner {
                     seq,
                     pairs,
                     log_bytes,
+                    epoch: base.epoch.clone(),
                 }
             }
             None => Version {
@@ -532,23 +573,32 @@ impl Inner {
                 ..(*base).clone()
             },
         };
-        if let Some(generation) = checkpoints.iter().map(|c| c.1).max() {
-            // The checkpoint is durable: what it wrote may now leave memory.
-            self.pager.set_durable_generation(generation);
+        let mut old_epoch = None;
+        for (_, generation, moved, _) in &checkpoints {
+            // The checkpoint is durable: what it wrote may now leave memory,
+            // and what the cleaner copied is read from its copy.
+            self.pager.set_durable_generation(*generation);
             if let Some(root) = next
                 .root
                 .as_ref()
-                .and_then(|r| release_written(&self.pager, r))
+                .and_then(|r| release_written(&self.pager, r, moved))
             {
                 next.root = Some(root);
             }
+            // Versions from here on reference nothing the checkpoint left
+            // behind; the ones before may, until they are dropped.
+            old_epoch = Some(Arc::downgrade(&next.epoch));
+            next.epoch = Arc::new(Epoch);
         }
         let old = self.published.swap(Arc::new(next));
         drop(base);
         self.reclaimer.dispose(old);
         for (r, t) in replies.iter_mut().zip(group) {
             if let Request::Checkpoint { record, .. } = &t.request {
-                *r = Some(Ok(Reply::Checkpoint(w.log.release_through(record.seq))));
+                *r = Some(Ok(Reply::Checkpoint {
+                    obsolete: w.log.release_through(record.seq),
+                    old_epoch: old_epoch.clone().expect("a checkpoint in the group"),
+                }));
             }
         }
         drop(guard);

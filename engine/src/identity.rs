@@ -91,7 +91,7 @@ mod tests {
             .contains("not a kivi store"));
         let future = String::from_utf8(encode(id))
             .unwrap()
-            .replace("format 1", "format 9");
+            .replace(&format!("format {FORMAT_VERSION}"), "format 9");
         assert!(decode(future.as_bytes(), "d")
             .unwrap_err()
             .to_string()

@@ -25,6 +25,10 @@ pub struct Options {
     /// A checkpoint is taken once this much commit log has been written since
     /// the last one (default 64 MiB). Bounds recovery time and commit-log space.
     pub checkpoint_bytes: u64,
+    /// The cleaner keeps the store's files within this many times its live
+    /// bytes (default 2.0), copying the live pages out of the oldest page
+    /// segments so they can be deleted. At least 1.25.
+    pub space_amplification_max: f64,
     /// Create the store if the directory holds none (default true).
     pub create_if_missing: bool,
     /// Open without writing anything; writes fail with [`Error::ReadOnly`].
@@ -39,6 +43,7 @@ impl Default for Options {
             page_size: 4096,
             segment_bytes: 64 << 20,
             checkpoint_bytes: 64 << 20,
+            space_amplification_max: 2.0,
             create_if_missing: true,
             read_only: false,
         }
@@ -59,6 +64,9 @@ impl Options {
         }
         if self.checkpoint_bytes < 1 << 16 {
             return bad("checkpoint_bytes must be at least 64 KiB");
+        }
+        if self.space_amplification_max.is_nan() || self.space_amplification_max < 1.25 {
+            return bad("space_amplification_max must be at least 1.25");
         }
         Ok(())
     }

@@ -6,6 +6,7 @@
 use kivi_log::{Addr, Error, PageRef, RecordType, SegmentAppender, SegmentIds, SegmentKind};
 use kivi_storage::{SegmentId, Storage};
 use kivi_tree::PageSink;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// Appends are gathered up to this size before they are written.
@@ -21,6 +22,9 @@ pub(crate) struct PageLog {
     prev: Option<(SegmentId, u64)>,
     /// End of the current segment as of the last durable checkpoint.
     durable_end: u64,
+    /// Every page segment on disk and its length, the current one included:
+    /// what the cleaner chooses from.
+    segments: BTreeMap<SegmentId, u64>,
 }
 
 impl PageLog {
@@ -30,6 +34,7 @@ impl PageLog {
         store_id: [u8; 16],
         target: u64,
         prev: Option<(SegmentId, u64)>,
+        segments: BTreeMap<SegmentId, u64>,
     ) -> Self {
         PageLog {
             storage,
@@ -39,7 +44,38 @@ impl PageLog {
             current: None,
             prev,
             durable_end: 0,
+            segments,
         }
+    }
+
+    /// Page segments on disk, oldest first, with their lengths.
+    pub fn segments(&self) -> &BTreeMap<SegmentId, u64> {
+        &self.segments
+    }
+
+    /// Forgets a segment that was deleted.
+    pub fn forget(&mut self, id: SegmentId) {
+        debug_assert!(self.current.as_ref().is_none_or(|c| c.id() != id));
+        self.segments.remove(&id);
+    }
+
+    /// The segment being appended to, if one is open.
+    pub fn current_id(&self) -> Option<SegmentId> {
+        self.current.as_ref().map(|c| c.id())
+    }
+
+    /// The segment being appended to and the bytes written to it.
+    pub fn current(&self) -> Option<(SegmentId, u64)> {
+        self.current.as_ref().map(|c| (c.id(), c.len()))
+    }
+
+    /// Closes the current segment, so the next record starts a new one (and
+    /// everything before can be cleaned). Used by compaction.
+    pub fn finish_segment(&mut self) -> Result<(), Error> {
+        if self.current.is_some() {
+            self.roll()?;
+        }
+        Ok(())
     }
 
     fn roll(&mut self) -> Result<(), Error> {
@@ -68,6 +104,7 @@ impl PageLog {
             let _ = self.storage.delete_segment(id);
         })?;
         self.durable_end = app.len();
+        self.segments.insert(id, app.len());
         self.current = Some(app);
         Ok(())
     }
@@ -120,6 +157,7 @@ impl PageSink for PageLog {
         }
         let cur = self.current.as_mut().expect("page segment open");
         let r = cur.buffer_record(ty, |out| body(out));
+        self.segments.insert(cur.id(), cur.len());
         if cur.buffered() >= WRITE_BUFFER {
             cur.flush()?;
         }

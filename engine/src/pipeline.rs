@@ -12,11 +12,13 @@
 use crate::batch::WriteBatch;
 use crate::error::Result;
 use crate::limits::{MAX_GROUP_BYTES, MAX_QUEUED_BATCHES, MAX_QUEUED_BYTES};
+use crate::version::Epoch;
 use kivi_log::CheckpointRecord;
 use kivi_storage::SegmentId;
+use kivi_tree::TreeWrite;
 use parking_lot::{Condvar, Mutex};
 use std::collections::VecDeque;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 pub(crate) enum Request {
     Write(WriteBatch),
@@ -25,6 +27,11 @@ pub(crate) enum Request {
     Checkpoint {
         record: CheckpointRecord,
         generation: u64,
+        /// Records the checkpoint copied out of segments being cleaned.
+        moved: TreeWrite,
+        /// Put the record in a new commit segment, so that every older one
+        /// can go (compaction).
+        fresh_segment: bool,
     },
 }
 
@@ -40,8 +47,13 @@ pub enum WriteOutcome {
 
 pub(crate) enum Reply {
     Write(WriteOutcome),
-    /// The checkpoint is durable; these commit segments are no longer needed.
-    Checkpoint(Vec<SegmentId>),
+    /// The checkpoint is durable; these commit segments are no longer
+    /// needed, and versions of this epoch (or older) may still read segments
+    /// the checkpoint no longer references.
+    Checkpoint {
+        obsolete: Vec<SegmentId>,
+        old_epoch: Weak<Epoch>,
+    },
 }
 
 /// Groups of answers waiting for the notifier thread, at most.

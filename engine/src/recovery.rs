@@ -27,6 +27,8 @@ pub(crate) struct Recovered {
     pub log_end: Option<(SegmentId, u64)>,
     /// The page segment the newest checkpoint ended in, and where.
     pub page_end: Option<(SegmentId, u64)>,
+    /// Page segments that stay (not garbage), with their lengths.
+    pub page_segments: BTreeMap<SegmentId, u64>,
     /// Segments holding nothing of value (unfinished creations, pages of a
     /// checkpoint that never committed).
     pub garbage: Vec<SegmentId>,
@@ -273,6 +275,7 @@ pub(crate) fn recover(
             let at = kivi_tree::DiskRef {
                 page,
                 subtree: c.tree_bytes,
+                oldest: c.root_oldest,
             };
             Some(pager.load(at, c.root_level)?)
         }
@@ -357,11 +360,17 @@ pub(crate) fn recover(
     let page_end = checkpoint
         .filter(|c| c.page_end.segment != 0)
         .map(|c| (u64::from(c.page_end.segment), u64::from(c.page_end.offset)));
+    // And those before the oldest segment the checkpoint's tree uses hold
+    // only pages the cleaner copied or that newer pages replaced; a crash
+    // (or an old reader) kept them from being deleted.
+    let unused_below = checkpoint.map_or(0, |c| {
+        u64::from(crate::checkpointer::unreferenced_below(&c))
+    });
     for s in segs
         .iter()
         .filter(|s| s.header.is_some_and(|h| h.kind == SegmentKind::Pages))
     {
-        if page_end.is_none_or(|(p, _)| s.id > p) {
+        if page_end.is_none_or(|(p, _)| s.id > p) || s.id < unused_below {
             garbage.push(s.id);
         }
     }
@@ -379,6 +388,12 @@ pub(crate) fn recover(
     }
     garbage.sort_unstable();
     garbage.dedup();
+    let page_segments = segs
+        .iter()
+        .filter(|s| s.header.is_some_and(|h| h.kind == SegmentKind::Pages))
+        .filter(|s| garbage.binary_search(&s.id).is_err())
+        .map(|s| (s.id, s.len))
+        .collect();
 
     Ok(Recovered {
         version: Version {
@@ -386,11 +401,13 @@ pub(crate) fn recover(
             seq: last_seq,
             pairs: pairs as u64,
             log_bytes: 0,
+            epoch: Default::default(),
         },
         checkpoint,
         log_segments,
         log_end,
         page_end,
+        page_segments,
         garbage,
         max_segment_id,
         torn_tail,

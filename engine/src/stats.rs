@@ -43,6 +43,14 @@ pub struct Stats {
     pub failed_commits: u64,
     pub checkpoints: u64,
     pub failed_checkpoints: u64,
+    /// Page segments the cleaner deleted since open.
+    pub cleaned_segments: u64,
+    /// Bytes of live pages and values the cleaner copied out of old page
+    /// segments (into the log's head) so those could be deleted.
+    pub cleaner_copied_bytes: u64,
+    /// Page segments no checkpoint uses any more, waiting for the snapshots
+    /// and iterators that may still read them to be dropped.
+    pub retiring_segments: u64,
     /// Commits replayed when the store was opened.
     pub replayed_at_open: u64,
     /// Damage opening found in log records that a checkpoint already covers
@@ -59,6 +67,13 @@ impl Stats {
     /// holds (1.0 is no overhead); `None` for an empty store.
     pub fn space_amplification(&self) -> Option<f64> {
         (self.live_bytes > 0).then(|| self.file_bytes as f64 / self.live_bytes as f64)
+    }
+
+    /// Share of page lookups the cache answered (nodes kept in memory in the
+    /// tree are not looked up at all); `None` before any lookup.
+    pub fn cache_hit_rate(&self) -> Option<f64> {
+        let all = self.cache_hits + self.cache_misses;
+        (all > 0).then(|| self.cache_hits as f64 / all as f64)
     }
 }
 
@@ -90,6 +105,9 @@ impl Db {
             failed_commits: c.failed_commits.load(Ordering::Relaxed),
             checkpoints: c.checkpoints.load(Ordering::Relaxed),
             failed_checkpoints: c.failed_checkpoints.load(Ordering::Relaxed),
+            cleaned_segments: c.cleaned_segments.load(Ordering::Relaxed),
+            cleaner_copied_bytes: c.cleaner_copied_bytes.load(Ordering::Relaxed),
+            retiring_segments: c.retiring_segments.load(Ordering::Relaxed),
             replayed_at_open: inner.replayed_at_open,
             damage_at_open: inner.damage_at_open.clone(),
             torn_tail: inner
@@ -100,6 +118,20 @@ impl Db {
             ..Stats::default()
         };
         s.live_bytes = s.checkpoint_tree_bytes + s.redo_bytes;
+        // The segments being appended to are grown ahead of their data in
+        // sparse steps (see ARCHITECTURE.md); count what is written.
+        let appending: Vec<(u64, u64)> = [
+            inner.writer.lock().as_ref().and_then(|w| w.log.current()),
+            // Not waiting for a checkpoint in progress: its segment then
+            // counts at its file's length.
+            inner
+                .checkpointer
+                .try_lock()
+                .and_then(|c| c.as_ref().and_then(|c| c.current_segment())),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
         for id in inner.storage.list_segments()? {
             // A checkpoint may delete a segment between the listing and here.
             let gone = |e: &kivi_storage::IoError| e.kind() == std::io::ErrorKind::NotFound;
@@ -111,6 +143,10 @@ impl Db {
                 Err(e) if gone(&e) => continue,
                 r => r?,
             };
+            let len = appending
+                .iter()
+                .find(|a| a.0 == id)
+                .map_or(len, |a| a.1.min(len));
             s.file_bytes += len;
             let name = inner.storage.segment_name(id);
             match read_header(reader.as_ref(), id, &name, len, true) {

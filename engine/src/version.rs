@@ -14,7 +14,15 @@ pub(crate) struct Version {
     /// Commit-log bytes written up to this version since the store was opened
     /// (plus those replayed at open): the redo a checkpoint of it retires.
     pub log_bytes: u64,
+    /// Shared by the versions published between two checkpoints. The cleaner
+    /// deletes a segment only once every version that could still read it
+    /// is gone: it holds the epoch weakly and waits until it dies.
+    pub epoch: Arc<Epoch>,
 }
+
+/// See `Version::epoch`.
+#[derive(Debug, Default)]
+pub(crate) struct Epoch;
 
 /// Versions waiting to be freed, at most.
 const RECLAIM_QUEUE: usize = 64;

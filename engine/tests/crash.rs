@@ -239,7 +239,13 @@ impl Writer {
     /// Runs one batch. Returns false once the machine has crashed.
     fn step(&mut self, db: &Db, shared: &Shared) -> bool {
         if self.rng.random_bool(self.checkpoint_chance) {
-            let r = db.checkpoint();
+            // Now and then a compaction: every live page copied, every other
+            // segment deleted.
+            let r = if self.rng.random_bool(0.2) {
+                db.compact()
+            } else {
+                db.checkpoint()
+            };
             if let Err(e) = r {
                 if !shared.crashed.load(Ordering::SeqCst) {
                     assert!(shared.faults, "checkpoint failed with no fault armed: {e}");
@@ -399,6 +405,9 @@ fn opts(rng: &mut StdRng, durability: Durability) -> Options {
             NO_BACKGROUND_CHECKPOINTS
         },
         segment_bytes: 64 << 10,
+        // Half the cases clean as hard as they may: the cleaner copies
+        // pages at nearly every checkpoint.
+        space_amplification_max: if rng.random_bool(0.5) { 1.25 } else { 2.0 },
         durability,
         ..Default::default()
     }

@@ -143,6 +143,9 @@ pub struct CheckpointRecord {
     pub pairs: u64,
     /// Bytes of every page and blob reachable from the root.
     pub tree_bytes: u64,
+    /// The oldest segment holding any of them (0 for an empty tree): the
+    /// page segments before it hold nothing this checkpoint needs.
+    pub root_oldest: u32,
 }
 
 impl CheckpointRecord {
@@ -163,6 +166,7 @@ impl CheckpointRecord {
         out.extend_from_slice(&self.page_end.offset.to_le_bytes());
         out.extend_from_slice(&self.pairs.to_le_bytes());
         out.extend_from_slice(&self.tree_bytes.to_le_bytes());
+        out.extend_from_slice(&self.root_oldest.to_le_bytes());
     }
 
     pub fn decode(body: &[u8]) -> Result<Self, DecodeError> {
@@ -185,9 +189,14 @@ impl CheckpointRecord {
         };
         let pairs = r.u64()?;
         let tree_bytes = r.u64()?;
+        let root_oldest = r.u32()?;
         r.expect_end()?;
-        if root.is_none() && (root_level != 0 || pairs != 0 || tree_bytes != 0) {
+        if root.is_none() && (root_level != 0 || pairs != 0 || tree_bytes != 0 || root_oldest != 0)
+        {
             return Err(r.err("empty tree with a level or pairs"));
+        }
+        if root.is_some_and(|p| root_oldest == 0 || root_oldest > p.addr.segment) {
+            return Err(r.err("oldest segment of the tree after its root's"));
         }
         if let Some(root) = root {
             if root.addr >= page_end {
@@ -207,6 +216,7 @@ impl CheckpointRecord {
             page_end,
             pairs,
             tree_bytes,
+            root_oldest,
         })
     }
 }
@@ -261,6 +271,7 @@ mod tests {
             },
             pairs: 12345,
             tree_bytes: 5000,
+            root_oldest: 2,
         };
         let mut out = Vec::new();
         c.encode(&mut out, 7);

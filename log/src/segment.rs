@@ -12,7 +12,7 @@ use crate::record::{encode_record, RecordType, RECORD_HEADER_LEN};
 const MAGIC: &[u8; 8] = b"KIVISEG\0";
 
 /// Version of the on-disk format this build reads and writes.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 
 const BODY_LEN: usize = 8 + 4 + 16 + 8 + 1 + 8 + 8;
 
@@ -130,10 +130,10 @@ mod tests {
         let bytes = h.encode();
         let body = &bytes[RECORD_HEADER_LEN..];
         let mut future = body.to_vec();
-        future[8] = 2;
+        future[8] = FORMAT_VERSION as u8 + 1;
         assert!(SegmentHeader::decode_body(&future)
             .unwrap_err()
-            .contains("version 2"));
+            .contains(&format!("version {}", FORMAT_VERSION + 1)));
         let mut foreign = body.to_vec();
         foreign[0] = b'X';
         assert!(SegmentHeader::decode_body(&foreign)

@@ -1,8 +1,8 @@
 //! `check`: reads every page reachable from a root straight from storage (not
 //! from the cache) and checks every invariant a reader relies on, including
 //! the ones lookups do not need: each node's keys lie inside the range its
-//! parent's separators give it, and each subtree's recorded size is the sum
-//! of what it holds. Keeps going past problems to report them all.
+//! parent's separators give it, each subtree's recorded size is the sum of
+//! what it holds, and its recorded oldest segment is the oldest it uses. Keeps going past problems to report them all.
 
 use crate::leaf::{Entry, ValueRef};
 use crate::node::{Body, DiskRef, Node};
@@ -25,8 +25,11 @@ pub struct CheckReport {
 /// root is on disk.
 pub fn check_tree(pager: &Pager, root: &Arc<Node>) -> CheckReport {
     let mut report = CheckReport::default();
-    let at = root.written.get(|_| true);
-    report.tree_bytes = visit(pager, root, at, None, None, &mut report);
+    // Durable places only: a checkpoint in flight may have marked a node
+    // with the copy it is writing, whose references differ from the
+    // node's own until the checkpoint is durable and they are re-pointed.
+    let at = pager.durable_page(root);
+    report.tree_bytes = visit(pager, root, at, None, None, &mut report).0;
     report
 }
 
@@ -38,7 +41,7 @@ fn location(node: &Node) -> String {
 }
 
 /// Visits a node and returns the bytes of its subtree (0 for parts that
-/// are only in memory).
+/// are only in memory) and the oldest segment they lie in.
 fn visit(
     pager: &Pager,
     node: &Arc<Node>,
@@ -46,8 +49,9 @@ fn visit(
     lo: Option<&[u8]>,
     hi: Option<&[u8]>,
     report: &mut CheckReport,
-) -> u64 {
+) -> (u64, u32) {
     report.pages += 1;
+    let mut oldest = at.map_or(u32::MAX, |a| a.page.addr.segment);
     let out_of_range = |k: &[u8]| lo.is_some_and(|lo| k < lo) || hi.is_some_and(|hi| k >= hi);
     let mut bytes = at.map_or(0, |a| u64::from(a.page.len));
     match node.body() {
@@ -65,8 +69,10 @@ fn visit(
                 report.pairs += 1;
                 if let Entry::Value(ValueRef::Big(b)) = e {
                     report.blobs += 1;
-                    if let Some(blob) = b.written.get(|_| true) {
+                    let durable = pager.durable_generation();
+                    if let Some(blob) = b.written.get(|g| g <= durable) {
                         bytes += u64::from(blob.len);
+                        oldest = oldest.min(blob.addr.segment);
                     }
                     if b.bytes.is_none() {
                         if let Err(e) = pager.read_big(b) {
@@ -93,7 +99,7 @@ fn visit(
                 let cref = node.child_ref(i);
                 let (child, child_at) = match cref.mem() {
                     Some(c) => {
-                        let w = c.written.get(|_| true);
+                        let w = pager.durable_page(&c);
                         (Ok(c), w)
                     }
                     None => {
@@ -102,7 +108,11 @@ fn visit(
                     }
                 };
                 match child {
-                    Ok(c) => bytes += visit(pager, &c, child_at, child_lo, child_hi, report),
+                    Ok(c) => {
+                        let (b, o) = visit(pager, &c, child_at, child_lo, child_hi, report);
+                        bytes += b;
+                        oldest = oldest.min(o);
+                    }
                     Err(e) => report.problems.push(e.to_string()),
                 }
             }
@@ -115,6 +125,12 @@ fn visit(
                 a.page.addr, a.subtree
             ));
         }
+        if a.oldest != oldest {
+            report.problems.push(format!(
+                "page {}: records segment {} as the oldest of its subtree, uses {oldest}",
+                a.page.addr, a.oldest
+            ));
+        }
     }
-    bytes
+    (bytes, oldest)
 }

@@ -16,6 +16,7 @@ use crate::node::{Body, ChildRef, DiskRef, InternalData, Node};
 use crate::page::{encode_internal, encode_leaf};
 use crate::pager::Pager;
 use kivi_log::{Error, PageRef, RecordType};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 /// Where a checkpoint's records go.
@@ -34,40 +35,81 @@ pub struct WriteStats {
     pub pages: u64,
     pub blobs: u64,
     pub bytes: u64,
+    /// Of those, records that were already durable and were copied because
+    /// they lay in a segment being cleaned, and their bytes.
+    pub relocated: u64,
+    pub relocated_bytes: u64,
+}
+
+/// What a checkpoint wrote: the root, and the new places of the records it
+/// copied out of segments being cleaned. Memory still points to the old
+/// places; once the checkpoint is durable, [`release_written`] re-points it.
+#[derive(Debug, Default)]
+pub struct TreeWrite {
+    pub root: Option<DiskRef>,
+    /// Old page address (`Addr::as_u64`) -> new place, for pages reached
+    /// through a page reference (nodes not in memory).
+    pub pages: HashMap<u64, DiskRef>,
+    /// Old blob address -> new blob.
+    pub blobs: HashMap<u64, PageRef>,
+}
+
+impl TreeWrite {
+    pub fn is_relocation_free(&self) -> bool {
+        self.pages.is_empty() && self.blobs.is_empty()
+    }
 }
 
 /// Writes the nodes of the tree under `root` not yet durably written, as
-/// checkpoint `generation`, and returns the root's page.
+/// checkpoint `generation`. Records in segments before `floor` are cleaned
+/// away: every durable subtree whose oldest record lies before it is
+/// rewritten (read back where it is not in memory), so that once this
+/// checkpoint is durable nothing it references lies before `floor`, and
+/// those segments can be deleted (`floor` 0 cleans nothing).
 pub fn write_tree(
     pager: &Pager,
     root: &Arc<Node>,
     generation: u64,
+    floor: u32,
     sink: &mut dyn PageSink,
     stats: &mut WriteStats,
-) -> Result<DiskRef, Error> {
+) -> Result<TreeWrite, Error> {
     let durable = pager.durable_generation();
     let valid = move |g: u64| g <= durable || g == generation;
     let mut w = TreeWriter {
+        pager,
         generation,
+        durable,
+        floor,
         valid: &valid,
         sink,
         stats,
+        out: TreeWrite::default(),
     };
-    w.write_node(root)
+    let r = w.write_node(root)?;
+    debug_assert!(r.oldest >= floor.min(r.page.addr.segment));
+    w.out.root = Some(r);
+    Ok(w.out)
 }
 
 struct TreeWriter<'a> {
+    pager: &'a Pager,
     generation: u64,
+    durable: u64,
+    floor: u32,
     valid: &'a dyn Fn(u64) -> bool,
     sink: &'a mut dyn PageSink,
     stats: &'a mut WriteStats,
+    out: TreeWrite,
 }
 
 impl TreeWriter<'_> {
     fn write_node(&mut self, node: &Arc<Node>) -> Result<DiskRef, Error> {
-        if let Some(r) = node.written.get(self.valid) {
-            return Ok(r);
-        }
+        let relocating = match node.written.get(self.valid) {
+            Some(r) if r.oldest >= self.floor => return Ok(r),
+            Some(_) => true,
+            None => false,
+        };
         let r = match node.body() {
             Body::Leaf { base, delta } => {
                 let mut entries: Vec<(&[u8], ValueRef<'_>)> = Vec::with_capacity(base.len());
@@ -81,6 +123,7 @@ impl TreeWriter<'_> {
                 };
                 let mut blobs = Vec::new();
                 let mut subtree = 0u64;
+                let mut oldest = u32::MAX;
                 for (k, e) in live {
                     let Entry::Value(v) = e else {
                         unreachable!("tombstone survived merge")
@@ -88,6 +131,7 @@ impl TreeWriter<'_> {
                     if let ValueRef::Big(b) = v {
                         let blob = self.write_blob(b)?;
                         subtree += u64::from(blob.len);
+                        oldest = oldest.min(blob.addr.segment);
                         blobs.push(blob);
                     }
                     entries.push((k, v));
@@ -102,6 +146,7 @@ impl TreeWriter<'_> {
                 let r = DiskRef {
                     page,
                     subtree: subtree + u64::from(page.len),
+                    oldest: oldest.min(page.addr.segment),
                 };
                 if delta.is_some() {
                     self.consolidate(node, &entries, r);
@@ -113,9 +158,17 @@ impl TreeWriter<'_> {
                 let mut children = Vec::with_capacity(n);
                 for i in 0..n {
                     let cref = node.child_ref(i);
-                    let child = match cref.mem() {
-                        Some(child) => self.write_node(&child)?,
-                        None => cref.page().expect("child ref with neither memory nor page"),
+                    let child = match cref {
+                        ChildRef::Mem(child) => self.write_node(child)?,
+                        ChildRef::Disk(d) if d.oldest >= self.floor => *d,
+                        ChildRef::Disk(d) => {
+                            // A durable subtree holding records of a segment
+                            // being cleaned: copy what of it is old.
+                            let child = self.pager.load_to_copy(*d, node.level() - 1)?;
+                            let moved = self.write_node(&child)?;
+                            self.out.pages.insert(d.page.addr.as_u64(), moved);
+                            moved
+                        }
                     };
                     children.push(child);
                 }
@@ -125,13 +178,19 @@ impl TreeWriter<'_> {
                     encode_internal(out, level, &children, &seps)
                 })?;
                 let below: u64 = children.iter().map(|c| c.subtree).sum();
+                let oldest = children.iter().map(|c| c.oldest).min().unwrap_or(u32::MAX);
                 DiskRef {
                     page,
                     subtree: below + u64::from(page.len),
+                    oldest: oldest.min(page.addr.segment),
                 }
             }
         };
-        node.written.set(r, self.generation);
+        if relocating {
+            self.stats.relocated += 1;
+            self.stats.relocated_bytes += u64::from(r.page.len);
+        }
+        node.written.set(r, self.generation, self.durable);
         self.stats.pages += 1;
         Ok(r)
     }
@@ -148,7 +207,7 @@ impl TreeWriter<'_> {
         if let Some(twin) = node.consolidated() {
             // Built by an earlier attempt whose checkpoint failed: same
             // content, now at this checkpoint's page.
-            twin.written.set(r, self.generation);
+            twin.written.set(r, self.generation, self.durable);
             return;
         }
         if entries.iter().any(|(_, v)| matches!(v, ValueRef::Big(_))) {
@@ -166,20 +225,34 @@ impl TreeWriter<'_> {
             leaf.push(k, Entry::Value(v));
         }
         let twin = Node::leaf(leaf);
-        twin.written.set(r, self.generation);
+        twin.written.set(r, self.generation, self.durable);
         node.set_consolidated(Arc::new(twin));
     }
 
     fn write_blob(&mut self, big: &BigValue) -> Result<PageRef, Error> {
-        if let Some(r) = big.written.get(self.valid) {
-            return Ok(r);
+        let old = big.written.get(self.valid);
+        if let Some(r) = old {
+            if r.addr.segment >= self.floor {
+                return Ok(r);
+            }
         }
-        let bytes = big
-            .bytes
-            .as_deref()
-            .expect("unwritten big value without bytes");
+        let read;
+        let bytes = match big.bytes.as_deref() {
+            Some(b) => b,
+            None => {
+                // Known only by its blob, which lies in a segment being
+                // cleaned: copy it.
+                read = self.pager.read_big(big)?;
+                &read
+            }
+        };
         let r = self.write(RecordType::Blob, &mut |out| out.extend_from_slice(bytes))?;
-        big.written.set(r, self.generation);
+        if let Some(o) = old {
+            self.out.blobs.insert(o.addr.as_u64(), r);
+            self.stats.relocated += 1;
+            self.stats.relocated_bytes += u64::from(r.len);
+        }
+        big.written.set(r, self.generation, self.durable);
         self.stats.blobs += 1;
         Ok(r)
     }
@@ -204,22 +277,56 @@ impl TreeWriter<'_> {
 /// cache, which evicts by weight. Returns a root equal in content to `root`
 /// with those pointers replaced (copying only the internal nodes on their
 /// paths), or `None` when nothing changed.
-pub fn release_written(pager: &Pager, root: &Arc<Node>) -> Option<Arc<Node>> {
-    let released = release_children(pager, root);
+pub fn release_written(pager: &Pager, root: &Arc<Node>, moved: &TreeWrite) -> Option<Arc<Node>> {
+    if !moved.blobs.is_empty() {
+        repoint_blobs(pager, root, &moved.blobs);
+    }
+    let released = release_children(pager, root, moved);
     pager.rebalance();
     released
 }
 
-fn release_children(pager: &Pager, root: &Arc<Node>) -> Option<Arc<Node>> {
+/// Points the out-of-line values of leaf `node` that the cleaner copied at
+/// their copies. Values are shared between versions and their marks are
+/// the one mutable part, so this serves every version holding them; the
+/// copies are durable, the old records soon deleted.
+fn repoint_blobs(pager: &Pager, node: &Node, blobs: &HashMap<u64, PageRef>) {
+    let Body::Leaf { base, delta } = node.body() else {
+        return;
+    };
+    let durable = pager.durable_generation();
+    for (_, e) in base.iter().chain(delta.iter().flat_map(|d| d.iter())) {
+        if let Entry::Value(ValueRef::Big(b)) = e {
+            let at = b.written.get(|g| g <= durable);
+            if let Some(new) = at.and_then(|r| blobs.get(&r.addr.as_u64())) {
+                b.written.set(*new, durable, durable);
+            }
+        }
+    }
+}
+
+fn release_children(pager: &Pager, root: &Arc<Node>, moved: &TreeWrite) -> Option<Arc<Node>> {
     let Body::Internal { base, .. } = root.body() else {
         return None;
     };
     let n = base.children_len();
     let mut children: Option<Vec<ChildRef>> = None;
     for i in 0..n {
-        let ChildRef::Mem(child) = root.child_ref(i) else {
-            continue;
+        let child = match root.child_ref(i) {
+            ChildRef::Mem(child) => child,
+            ChildRef::Disk(d) => {
+                // A page the cleaner copied: from now on, read the copy.
+                if let Some(new) = moved.pages.get(&d.page.addr.as_u64()) {
+                    children.get_or_insert_with(|| {
+                        (0..n).map(|j| root.child_ref(j).clone()).collect()
+                    })[i] = ChildRef::Disk(*new);
+                }
+                continue;
+            }
         };
+        if !moved.blobs.is_empty() {
+            repoint_blobs(pager, child, &moved.blobs);
+        }
         let replacement = match pager.durable_page(child) {
             // Written: stays in memory while the budget allows, reached
             // without a cache lookup; otherwise it goes to the cache. A leaf
@@ -228,7 +335,7 @@ fn release_children(pager: &Pager, root: &Arc<Node>) -> Option<Arc<Node>> {
             Some(page) => {
                 let released = match child.consolidated() {
                     Some(twin) => Some(twin.clone()),
-                    None => release_children(pager, child),
+                    None => release_children(pager, child, moved),
                 };
                 if pager.try_make_resident(released.as_ref().unwrap_or(child)) {
                     match released {
@@ -241,7 +348,7 @@ fn release_children(pager: &Pager, root: &Arc<Node>) -> Option<Arc<Node>> {
                     ChildRef::Disk(page)
                 }
             }
-            None => match release_children(pager, child) {
+            None => match release_children(pager, child, moved) {
                 Some(c) => ChildRef::Mem(c),
                 None => continue,
             },
@@ -297,6 +404,6 @@ pub(crate) fn cacheable(pager: &Pager, node: Arc<Node>, page: DiskRef) -> Arc<No
     }
     leaf.shrink();
     let out = Node::leaf(leaf);
-    out.written.set(page, 0);
+    out.written.set(page, 0, 0);
     Arc::new(out)
 }

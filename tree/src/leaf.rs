@@ -63,29 +63,40 @@ pub fn search_heads<'a>(
 /// Where something was written, and by which checkpoint. A checkpoint that
 /// fails leaves its marks behind; they count only once that checkpoint's
 /// generation is durable, so a failed checkpoint's writes are simply redone.
+///
+/// A mark keeps the previous durable place too: when the cleaner rewrites
+/// a record that was already durable, readers go on using the old place
+/// until the new one is durable (and if that checkpoint fails, for good).
 #[derive(Debug)]
-pub struct Written<T: Copy>(Mutex<Option<(T, u64)>>);
+pub struct Written<T: Copy>(Mutex<[Option<(T, u64)>; 2]>);
 
 impl<T: Copy> Default for Written<T> {
     fn default() -> Self {
-        Written(Mutex::new(None))
+        Written(Mutex::new([None, None]))
     }
 }
 
 impl<T: Copy> Written<T> {
+    /// The newest place written by a generation `valid` accepts.
     pub fn get(&self, valid: impl Fn(u64) -> bool) -> Option<T> {
-        match *self.0.lock() {
-            Some((r, generation)) if valid(generation) => Some(r),
-            _ => None,
-        }
+        let marks = self.0.lock();
+        marks
+            .iter()
+            .flatten()
+            .find(|(_, g)| valid(*g))
+            .map(|&(r, _)| r)
     }
 
-    pub fn set(&self, r: T, generation: u64) {
-        *self.0.lock() = Some((r, generation));
+    /// Records that generation `generation` wrote it at `r`; the newest
+    /// earlier mark of a generation up to `durable` stays as the fallback.
+    pub fn set(&self, r: T, generation: u64, durable: u64) {
+        let mut marks = self.0.lock();
+        let fallback = marks.iter().flatten().find(|(_, g)| *g <= durable).copied();
+        *marks = [Some((r, generation)), fallback];
     }
 
     pub fn new_at(r: T, generation: u64) -> Self {
-        Written(Mutex::new(Some((r, generation))))
+        Written(Mutex::new([Some((r, generation)), None]))
     }
 
     /// Takes over whatever `other` records.

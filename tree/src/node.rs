@@ -21,12 +21,16 @@ use kivi_log::PageRef;
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::sync::{Arc, OnceLock};
 
-/// A durable page and the bytes of everything reachable from it (the page,
-/// its descendants and their out-of-line values): the live bytes of a subtree.
+/// A durable page, the bytes of everything reachable from it (the page, its
+/// descendants and their out-of-line values: the live bytes of a subtree),
+/// and the oldest segment holding any of those records. The cleaner reads
+/// `oldest` to find, without a walk, the subtrees that keep an old segment
+/// alive (see `checkpoint.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct DiskRef {
     pub page: PageRef,
     pub subtree: u64,
+    pub oldest: u32,
 }
 
 /// A pointer from an internal node to a child: the child itself while it
@@ -154,7 +158,7 @@ impl InternalData {
 
 /// Estimated encoded size of an internal page.
 pub fn internal_size(sep_bytes: usize, children: usize) -> usize {
-    4 + children * (PageRef::ENCODED_LEN + 4) + sep_bytes
+    4 + children * (PageRef::ENCODED_LEN + 7) + sep_bytes
 }
 
 #[derive(Debug)]

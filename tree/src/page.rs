@@ -9,7 +9,8 @@
 //! ```
 //! Internal page body:
 //! ```text
-//! u8 level (>= 1) | varint children | children × (PageRef (12 bytes) | varint subtree bytes)
+//! u8 level (>= 1) | varint children
+//!   | children × (PageRef (12 bytes) | varint subtree bytes | varint oldest segment)
 //!   | (children - 1) × separator = varint shared | varint suffix_len | suffix
 //! ```
 //! Keys and separators are prefix-compressed against the previous one in the
@@ -73,6 +74,7 @@ pub fn encode_internal(out: &mut Vec<u8>, level: u8, children: &[DiskRef], seps:
     for c in children {
         c.page.encode(out);
         put_varint(out, c.subtree);
+        put_varint(out, u64::from(c.oldest));
     }
     let mut prev: &[u8] = &[];
     for s in seps {
@@ -106,13 +108,23 @@ pub fn decode_page(body: &[u8], at: DiskRef, level: u8) -> Result<Node, String> 
             "page is at level {found}, its parent expects level {level}"
         ));
     }
+    // The oldest segment the records this page references lie in.
+    let mut oldest = at.page.addr.segment;
     let node = if level == 0 {
-        decode_leaf(&mut r, at.page)
+        decode_leaf(&mut r, at.page, &mut oldest)
     } else {
-        decode_internal(&mut r, at.page, level)
+        decode_internal(&mut r, at.page, level, &mut oldest)
     };
     let node = node.map_err(|what| format!("{what} (byte {} of the page)", r.pos()))?;
-    node.written.set(at, 0);
+    // Checked level by level as pages are read, this makes every recorded
+    // `oldest` exact, which the cleaner's deletions rely on.
+    if oldest != at.oldest {
+        return Err(format!(
+            "its parent records segment {} as the oldest of its subtree, its references say {oldest}",
+            at.oldest
+        ));
+    }
+    node.written.set(at, 0, 0);
     Ok(node)
 }
 
@@ -123,7 +135,7 @@ fn check_ref_before(child: PageRef, at: PageRef) -> Result<(), &'static str> {
     Ok(())
 }
 
-fn decode_leaf(r: &mut Reader<'_>, at: PageRef) -> Result<Node, &'static str> {
+fn decode_leaf(r: &mut Reader<'_>, at: PageRef, oldest: &mut u32) -> Result<Node, &'static str> {
     // Each entry takes at least 3 bytes; this bounds the allocation.
     let count = r.len(r.remaining() / 3).map_err(|e| e.what)?;
     if count == 0 {
@@ -148,6 +160,7 @@ fn decode_leaf(r: &mut Reader<'_>, at: PageRef) -> Result<Node, &'static str> {
         } else {
             let blob = PageRef::decode(r).map_err(|e| e.what)?;
             check_ref_before(blob, at)?;
+            *oldest = (*oldest).min(blob.addr.segment);
             let blob_len = u64::from(blob.len) - RECORD_HEADER_LEN as u64;
             if blob_len != len || len <= INLINE_VALUE_MAX as u64 || len > MAX_VALUE_LEN as u64 {
                 return Err("blob reference with a wrong length");
@@ -195,7 +208,12 @@ fn arena_bytes(body: &[u8], count: usize) -> usize {
     total
 }
 
-fn decode_internal(r: &mut Reader<'_>, at: PageRef, level: u8) -> Result<Node, &'static str> {
+fn decode_internal(
+    r: &mut Reader<'_>,
+    at: PageRef,
+    level: u8,
+    oldest_below: &mut u32,
+) -> Result<Node, &'static str> {
     if level > MAX_LEVEL {
         return Err("page level over the depth limit");
     }
@@ -213,7 +231,17 @@ fn decode_internal(r: &mut Reader<'_>, at: PageRef, level: u8) -> Result<Node, &
         if subtree < u64::from(page.len) {
             return Err("subtree smaller than its own page");
         }
-        children.push(ChildRef::on_disk(DiskRef { page, subtree }));
+        let oldest = r.varint().map_err(|e| e.what)?;
+        // The child's own page is part of its subtree.
+        if oldest == 0 || oldest > u64::from(page.addr.segment) {
+            return Err("oldest segment of a subtree after its own page's");
+        }
+        *oldest_below = (*oldest_below).min(oldest as u32);
+        children.push(ChildRef::on_disk(DiskRef {
+            page,
+            subtree,
+            oldest: oldest as u32,
+        }));
     }
     let mut seps: Vec<Vec<u8>> = Vec::with_capacity(n - 1);
     let mut key = Vec::new();
@@ -258,6 +286,7 @@ mod tests {
                 len: 100,
             },
             subtree: 100,
+            oldest: 5,
         }
     }
 
@@ -307,6 +336,36 @@ mod tests {
         assert!(decode_page(&out, at(1000), 2)
             .unwrap_err()
             .contains("level"));
+    }
+
+    #[test]
+    fn recorded_oldest_segments_must_match_the_references() {
+        let old_child = DiskRef {
+            oldest: 2,
+            ..at(10)
+        };
+        let mut out = Vec::new();
+        encode_internal(&mut out, 1, &[old_child, at(20)], &[b"m"]);
+        // The parent of this page must record segment 2, the oldest below.
+        assert!(decode_page(&out, at(1000), 1)
+            .unwrap_err()
+            .contains("oldest"));
+        let right = DiskRef {
+            oldest: 2,
+            ..at(1000)
+        };
+        assert!(decode_page(&out, right, 1).is_ok());
+        // A child's own page is part of its subtree: its oldest segment is
+        // at most its page's.
+        let impossible = DiskRef {
+            oldest: 6,
+            ..at(10)
+        };
+        out.clear();
+        encode_internal(&mut out, 1, &[impossible, at(20)], &[b"m"]);
+        assert!(decode_page(&out, at(1000), 1)
+            .unwrap_err()
+            .contains("oldest segment of a subtree"));
     }
 
     proptest! {

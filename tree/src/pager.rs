@@ -239,6 +239,21 @@ impl Pager {
         ))
     }
 
+    /// The node at `at` for the cleaner to copy: from the cache if it is
+    /// there, else read without being cached (copying a segment's pages
+    /// should not push the working set out).
+    pub fn load_to_copy(&self, at: DiskRef, level: u8) -> Result<Arc<Node>, Error> {
+        match self.cache.get(&at.page.addr.as_u64()) {
+            Some(node) if node.level() == level => Ok(node),
+            _ => self.load_uncached(at, level),
+        }
+    }
+
+    /// Forgets an open segment (it is being deleted).
+    pub fn close_segment(&self, segment: u32) {
+        self.readers.write().remove(&segment);
+    }
+
     /// The child a reference points to, at `level`.
     #[inline]
     pub fn resolve(&self, child: &ChildRef, level: u8) -> Result<Arc<Node>, Error> {
@@ -258,10 +273,13 @@ impl Pager {
         if let Some(bytes) = &big.bytes {
             return Ok(bytes.to_vec());
         }
+        // The newest durable place: a copy the cleaner is writing is not
+        // read before its checkpoint is durable.
+        let durable = self.durable_generation();
         let page = big
             .written
-            .get(|_| true)
-            .expect("big value with neither bytes nor blob");
+            .get(|g| g <= durable)
+            .expect("big value with neither bytes nor durable blob");
         self.blob_reads.fetch_add(1, Ordering::Relaxed);
         let body = self.read_record(page, RecordType::Blob)?;
         if body.len() != big.len as usize {

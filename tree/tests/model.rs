@@ -1,12 +1,14 @@
 //! The tree against a `BTreeMap` model: random batches of puts and deletes,
-//! point lookups, scans in both directions, checkpoints, release to a tiny
-//! cache and reads back from pages, all compared with the model.
+//! point lookups, scans in both directions, checkpoints (with batches
+//! applied while one is in flight), cleaning of old segments (which are then
+//! deleted, so a read that still goes there fails), release to a tiny cache
+//! and reads back from pages, all compared with the model.
 
 use kivi_log::{OpRef, PageRef, RecordType, SegmentAppender, SegmentKind};
 use kivi_storage::{MemoryStorage, Storage};
 use kivi_tree::{
     apply, check_tree, get_into, release_written, write_tree, Cursor, Node, PageSink, Pager,
-    TreeConfig, ValueRef, WriteStats,
+    TreeConfig, TreeWrite, ValueRef, WriteStats,
 };
 use proptest::prelude::*;
 use std::collections::BTreeMap;
@@ -34,6 +36,9 @@ struct Harness {
     pairs: i64,
     generation: u64,
     next_segment: u64,
+    /// A checkpoint written but not yet durable: its generation, what it
+    /// wrote, its root's level, and whether batches were applied since.
+    in_flight: Option<(u64, TreeWrite, u8, bool)>,
 }
 
 impl Harness {
@@ -48,6 +53,7 @@ impl Harness {
             pairs: 0,
             generation: 0,
             next_segment: 1,
+            in_flight: None,
         }
     }
 
@@ -62,11 +68,25 @@ impl Harness {
         let out = apply(&self.pager, &self.cfg, self.root.as_ref(), &refs).unwrap();
         self.root = out.root;
         self.pairs += out.pairs_delta;
+        if let Some(f) = &mut self.in_flight {
+            f.3 = true;
+        }
     }
 
     /// Writes the current version, marks it durable, releases it to the
     /// cache, and continues from the root page read back from storage.
     fn checkpoint(&mut self, reload: bool) {
+        self.begin_checkpoint(0);
+        self.end_checkpoint(reload);
+    }
+
+    /// Writes the current version to a new segment as a new generation,
+    /// cleaning the segments before `clean` of a hundred: every record the
+    /// tree uses in the oldest `clean`% of the segments so far is copied.
+    fn begin_checkpoint(&mut self, clean: u8) {
+        if self.in_flight.is_some() {
+            return;
+        }
         let Some(root) = self.root.clone() else {
             return;
         };
@@ -79,18 +99,50 @@ impl Harness {
             None,
         )
         .unwrap();
+        let floor = (self.next_segment * u64::from(clean.min(100)) / 100) as u32;
         self.next_segment += 1;
         let mut sink = Sink(app);
         let mut stats = WriteStats::default();
-        let page = write_tree(&self.pager, &root, self.generation, &mut sink, &mut stats).unwrap();
+        let written = write_tree(
+            &self.pager,
+            &root,
+            self.generation,
+            floor,
+            &mut sink,
+            &mut stats,
+        )
+        .unwrap();
+        let r = written.root.unwrap();
+        assert!(r.oldest >= floor, "the tree still uses a cleaned segment");
         sink.0.sync().unwrap();
-        self.pager.set_durable_generation(self.generation);
-        if let Some(released) = release_written(&self.pager, &root) {
-            self.root = Some(released);
+        self.in_flight = Some((self.generation, written, root.level(), false));
+    }
+
+    /// Makes the checkpoint in flight durable: releases what it wrote,
+    /// re-points what it moved, deletes every segment its tree no longer
+    /// uses (no older version is kept here), and optionally continues from
+    /// the root page read back from storage.
+    fn end_checkpoint(&mut self, reload: bool) {
+        let Some((generation, written, level, changed)) = self.in_flight.take() else {
+            return;
+        };
+        self.pager.set_durable_generation(generation);
+        let written_root = written.root.unwrap();
+        if let Some(root) = &self.root {
+            if let Some(released) = release_written(&self.pager, root, &written) {
+                self.root = Some(released);
+            }
         }
-        if reload {
+        for id in self.storage.list_segments().unwrap() {
+            if id < u64::from(written_root.oldest) {
+                self.storage.delete_segment(id).unwrap();
+                self.pager.close_segment(id as u32);
+            }
+        }
+        if reload && !changed {
+            // The written version, as a restart would load it.
             self.pager.clear_cache();
-            self.root = Some(self.pager.load(page, root.level()).unwrap());
+            self.root = Some(self.pager.load(written_root, level).unwrap());
         }
     }
 
@@ -184,7 +236,17 @@ fn value(k: u16, version: u8, big: bool) -> Vec<u8> {
 #[derive(Debug, Clone)]
 enum Step {
     Batch(Vec<(u16, Option<(u8, bool)>)>),
-    Checkpoint { reload: bool },
+    Checkpoint {
+        reload: bool,
+    },
+    /// Write a checkpoint cleaning the oldest `clean`% of the segments;
+    /// batches may follow before it is durable.
+    Begin {
+        clean: u8,
+    },
+    End {
+        reload: bool,
+    },
 }
 
 fn step(max_key: u16) -> impl Strategy<Value = Step> {
@@ -198,6 +260,8 @@ fn step_sized(max_key: u16, max_batch: usize) -> impl Strategy<Value = Step> {
             1..max_batch
         ).prop_map(Step::Batch),
         1 => any::<bool>().prop_map(|reload| Step::Checkpoint { reload }),
+        1 => (0u8..=100).prop_map(|clean| Step::Begin { clean }),
+        1 => any::<bool>().prop_map(|reload| Step::End { reload }),
     ]
 }
 
@@ -223,7 +287,12 @@ fn run_with(mut h: Harness, steps: Vec<Step>, max_key: u16) -> Harness {
                 let ops: Vec<_> = batch.into_iter().collect();
                 h.apply(&ops);
             }
-            Step::Checkpoint { reload } => h.checkpoint(reload),
+            Step::Checkpoint { reload } => {
+                h.end_checkpoint(false);
+                h.checkpoint(reload);
+            }
+            Step::Begin { clean } => h.begin_checkpoint(clean),
+            Step::End { reload } => h.end_checkpoint(reload),
         }
         let probes: Vec<Vec<u8>> = (0..max_key)
             .step_by(37)
@@ -311,4 +380,49 @@ fn bulk_load_in_order_fills_pages() {
         per_pair < 85.0,
         "{per_pair:.1} bytes per kv40 pair after a bulk load"
     );
+}
+
+#[test]
+fn cleaning_copies_every_record_out_of_old_segments() {
+    // Pages on disk (a cache of a few pages, so children are page
+    // references), values in and out of line, several checkpoints; then one
+    // that cleans everything before it, with a batch applied while it is in
+    // flight. The old segments are deleted, so any reference left pointing
+    // there fails the reads that follow.
+    let cfg = TreeConfig {
+        page_target: 256,
+        delta_max: 4,
+        patch_max: 3,
+    };
+    let mut h = Harness::new(4096, cfg);
+    let mut model = BTreeMap::new();
+    let batch =
+        |h: &mut Harness, model: &mut BTreeMap<Vec<u8>, Vec<u8>>, from: u16, version: u8| {
+            let ops: Vec<_> = (from..from + 300)
+                .map(|k| {
+                    let v = value(k, version, k % 10 == 0);
+                    model.insert(key(k), v.clone());
+                    (key(k), Some(v))
+                })
+                .collect();
+            h.apply(&ops);
+        };
+    batch(&mut h, &mut model, 0, 1);
+    h.checkpoint(true);
+    batch(&mut h, &mut model, 200, 2);
+    h.checkpoint(false);
+    batch(&mut h, &mut model, 400, 3);
+    h.checkpoint(true);
+    let before = h.storage.list_segments().unwrap().len();
+    h.begin_checkpoint(100);
+    batch(&mut h, &mut model, 100, 4);
+    h.end_checkpoint(false);
+    let after = h.storage.list_segments().unwrap();
+    assert!(
+        before >= 3 && after.len() == 1,
+        "{before} segments before, {after:?} after"
+    );
+    h.assert_matches(&model, &[key(0), key(150), key(650)]);
+    h.checkpoint(true);
+    h.assert_matches(&model, &[key(0), key(150), key(650)]);
 }
