@@ -36,6 +36,8 @@ pub struct Config {
     pub dir: PathBuf,
     /// Where to write JSON lines, if anywhere.
     pub json: Option<PathBuf>,
+    /// Workload 9's long random-update run, in multiples of n.
+    pub steady_updates: u64,
     /// The program to run as a child for workload 10 and the sync check
     /// (normally the running `kivi` binary).
     pub program: PathBuf,
@@ -64,6 +66,10 @@ pub struct Record {
     /// sampled as it goes, so space over time can be plotted.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub space_samples: Option<Vec<(u64, f64)>>,
+    /// The same samples as bytes on disk over the store's own count of live
+    /// bytes, for stores that count them (kivi).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub amplification_samples: Option<Vec<(u64, f64)>>,
 }
 
 impl Record {
@@ -82,6 +88,7 @@ impl Record {
             reopen_seconds: None,
             syncs_per_commit: None,
             space_samples: None,
+            amplification_samples: None,
         }
     }
 
@@ -126,8 +133,9 @@ const MARKER: &str = "KIVI-BENCH";
 /// Appends timed by the fdatasync probe, and their size.
 const SYNC_PROBES: u64 = 1000;
 const SYNC_PROBE_BYTES: usize = 80;
-/// The long random-update run of workload 9 (steady-state space), in multiples of n.
-const STEADY_UPDATES: u64 = 3;
+/// The long random-update run of workload 9 (steady-state space), in
+/// multiples of n, unless the run says otherwise.
+pub const STEADY_UPDATES: u64 = 3;
 /// Samples of bytes on disk taken during that run (space over time).
 const STEADY_SAMPLES: u64 = 30;
 
@@ -298,9 +306,12 @@ fn run_store(cfg: &Config, kind: &Kind, dir: &Path, round: u32) -> Result<Vec<Re
         }
     }
     if wants(cfg, 9) {
-        let updates = STEADY_UPDATES * n;
+        let updates = cfg.steady_updates * n;
         let chunk = (updates / STEADY_SAMPLES).max(1);
         let mut samples = Vec::new();
+        let mut amplification = Vec::new();
+        let started = Instant::now();
+        let cpu = measure::process_cpu();
         timed(
             name,
             "9 long random-update run",
@@ -316,12 +327,23 @@ fn run_store(cfg: &Config, kind: &Kind, dir: &Path, round: u32) -> Result<Vec<Re
                     let bytes = disk_bytes(dir)
                         .map_err(|e| io_err(format!("measure {}", dir.display()), e))?;
                     samples.push((done, bytes as f64 / n as f64));
+                    if let Some(live) = s.live_bytes().filter(|&l| l > 0) {
+                        amplification.push((done, bytes as f64 / live as f64));
+                    }
                 }
                 Ok(())
             },
         )?;
+        // The rate of the whole run, sampling included (a directory listing
+        // per sample).
+        let secs = started.elapsed().as_secs_f64();
+        let cpu_secs = (measure::process_cpu() - cpu).as_secs_f64();
         let mut steady = space(s, dir, name, "space_steady", n, round)?;
+        steady.ops_per_sec = Some(updates as f64 / secs);
+        steady.cpu_us_per_op = Some(cpu_secs * 1e6 / updates as f64);
+        steady.peak_rss_bytes = peak_rss();
         steady.space_samples = Some(samples);
+        steady.amplification_samples = (!amplification.is_empty()).then_some(amplification);
         out.push(steady);
     }
     drop(store);

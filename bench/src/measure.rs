@@ -115,7 +115,11 @@ pub fn disk_bytes(dir: &std::path::Path) -> std::io::Result<u64> {
     let mut total = 0;
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
-        let meta = entry.metadata()?;
+        // A store may delete a file between the listing and here.
+        let meta = match entry.metadata() {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            m => m?,
+        };
         total += if meta.is_dir() {
             disk_bytes(&entry.path())?
         } else {

@@ -7,8 +7,9 @@ use std::path::PathBuf;
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// Stores to run, comma-separated: kivi, and with a build with
-    /// `--features peers`, lmdb, rocksdb, leveldb, redb, fjall
+    /// Stores to run, comma-separated: kivi, kivi-nocleaner (kivi with its
+    /// cleaner idle), and with a build with `--features peers`, lmdb,
+    /// rocksdb, leveldb, redb, fjall
     #[arg(
         long,
         value_name = "LIST",
@@ -33,6 +34,9 @@ pub struct BenchArgs {
     /// Also write one JSON object per figure to FILE, one per line
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
+    /// Length of workload 9's long random-update run, in multiples of N
+    #[arg(long, value_name = "K", default_value_t = kivi_bench::STEADY_UPDATES, value_parser = positive)]
+    steady_updates: u64,
     /// Internal: the child process of workload 10 (STORE DIR N)
     #[arg(long, hide = true, num_args = 3, value_names = ["STORE", "DIR", "N"])]
     internal_update_child: Option<Vec<String>>,
@@ -104,6 +108,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         rounds: args.rounds,
         dir: args.dir.clone(),
         json: args.json.clone(),
+        steady_updates: args.steady_updates,
         program,
     };
     let mut out = std::io::stdout().lock();

@@ -105,30 +105,65 @@ impl Checkpointer {
     /// past the oldest page segments, as many as the excess needs, at most
     /// `CLEAN_STEP_BYTES` of them per checkpoint (at least one), never into
     /// the segment being written.
-    fn plan_floor(&self, tree_bytes: u64, log_bytes: u64, max: f64) -> u32 {
+    fn plan_floor(&self, tree_bytes: u64, log_bytes: u64, max: f64) -> Plan {
+        let keep = Plan {
+            floor: self.floor,
+            close_current: false,
+        };
         let allowed = (tree_bytes as f64 * max) as u64;
         let coming = self.last_written.unwrap_or(tree_bytes).min(tree_bytes);
         let mut total = self.page_bytes() + log_bytes + coming;
         if total <= allowed {
-            return self.floor;
+            return keep;
         }
-        let current = self.pages.current_id();
+        let current = self.pages.current();
         let mut floor = self.floor.max(self.durable_oldest);
         let mut step = 0u64;
         for (&id, &len) in self.pages.segments().range(u64::from(floor)..) {
-            if Some(id) == current
-                || total <= allowed
-                || (step > 0 && step + len > CLEAN_STEP_BYTES)
-            {
+            if current.is_some_and(|c| c.0 == id) {
+                // Everything older is cleaned and it is still too much: the
+                // segment being written holds much of it (a store smaller
+                // than a segment holds everything there). Close it so it
+                // can be cleaned too, if it is worth it.
+                if step == 0 && total > allowed && len >= (allowed / 4).max(CLOSE_MIN_BYTES) {
+                    return Plan {
+                        floor: id as u32 + 1,
+                        close_current: true,
+                    };
+                }
+                break;
+            }
+            if total <= allowed || (step > 0 && step + len > CLEAN_STEP_BYTES) {
                 break;
             }
             total -= len;
             step += len;
             floor = id as u32 + 1;
         }
-        floor.max(self.floor)
+        Plan {
+            floor: floor.max(self.floor),
+            close_current: false,
+        }
     }
 }
+
+/// What the next checkpoint cleans: the records before `floor`, after
+/// closing the segment being written if `close_current` (the floor then
+/// lies just past it: the next segment is where the copies go).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Plan {
+    floor: u32,
+    close_current: bool,
+}
+
+/// The segment being written is closed for cleaning only when it holds at
+/// least this much (and a quarter of what the files may take).
+const CLOSE_MIN_BYTES: u64 = 1 << 20;
+
+/// The commit log is retired early (a checkpoint before `checkpoint_bytes`)
+/// once it takes half the room the space target leaves beside the tree, but
+/// never for less than this.
+pub(crate) const EARLY_CHECKPOINT_MIN_BYTES: u64 = 256 << 10;
 
 /// Space figures the cleaner plans with.
 #[derive(Debug, Clone, Copy)]
@@ -220,7 +255,8 @@ fn run(inner: &Inner) -> Result<()> {
             >= IDLE_MS;
         let due = redo >= inner.opts.checkpoint_bytes
             || (idle && redo >= inner.opts.checkpoint_bytes / 16)
-            || (idle && inner.cleaning_wanted());
+            || (idle && inner.cleaning_wanted())
+            || (redo >= EARLY_CHECKPOINT_MIN_BYTES && inner.log_over_target(inner.space_now().log));
         if due && inner.run_checkpoint(CheckpointKind::Regular).is_err() {
             let mut st = inner.background.state.lock();
             if !st.stop {
@@ -266,8 +302,19 @@ impl Inner {
         Space { tree, log }
     }
 
-    fn plan_floor(&self, c: &Checkpointer, space: Space) -> u32 {
+    fn plan_floor(&self, c: &Checkpointer, space: Space) -> Plan {
         c.plan_floor(space.tree, space.log, self.opts.space_amplification_max)
+    }
+
+    /// Whether the commit log, `log_bytes` long, takes so much of the room
+    /// the space target leaves beside the tree that it should be retired now.
+    pub(crate) fn log_over_target(&self, log_bytes: u64) -> bool {
+        let tree = self
+            .counters
+            .checkpointed_tree_bytes
+            .load(Ordering::Relaxed);
+        let room = (tree as f64 * (self.opts.space_amplification_max - 1.0) / 2.0) as u64;
+        log_bytes > room.max(EARLY_CHECKPOINT_MIN_BYTES)
     }
 
     /// Whether the files are over the space target and a checkpoint could
@@ -278,7 +325,7 @@ impl Inner {
         let Some(c) = guard.as_ref() else {
             return false;
         };
-        self.plan_floor(c, space) > c.durable_oldest
+        self.plan_floor(c, space).floor > c.durable_oldest
     }
 
     /// Deletes the page segments no checkpoint references once no version
@@ -325,14 +372,29 @@ impl Inner {
         let Some(c) = guard.as_mut() else {
             return Err(Error::ReadOnly);
         };
-        let v = self.published.load_full();
+        // The version to write, taken while no commit is in progress, and
+        // the commit log told to start a new segment after it: once this
+        // checkpoint is durable, every older commit segment can go.
+        let v = {
+            let mut writer = self.writer.lock();
+            if let Some(w) = writer.as_mut() {
+                w.log.roll_before_next();
+            }
+            self.published.load_full()
+        };
         let covered = c
             .last_seq
             .unwrap_or(self.counters.checkpointed_seq.load(Ordering::Relaxed));
         let nothing_new = v.seq == covered
             && v.log_bytes == self.counters.checkpointed_log_bytes.load(Ordering::Relaxed);
         let floor = match kind {
-            CheckpointKind::Regular => self.plan_floor(c, space),
+            CheckpointKind::Regular => {
+                let plan = self.plan_floor(c, space);
+                if plan.close_current {
+                    c.pages.finish_segment()?;
+                }
+                plan.floor
+            }
             CheckpointKind::Compact => {
                 // Everything written so far is to be copied into a segment
                 // of its own, so every older one can go.

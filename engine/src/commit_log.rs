@@ -27,6 +27,10 @@ pub(crate) struct LogSegment {
 /// newest checkpoint record is kept, so this lets the covered commits go.
 const ROLL_FOR_CHECKPOINT: u64 = 1 << 20;
 
+/// A checkpoint starts a new commit segment only when the current one holds
+/// at least this much (see `CommitLog::roll_before_next`).
+const ROLL_BEFORE_CHECKPOINT_MIN: u64 = 64 << 10;
+
 /// Emits one record: its type, and a function writing its body.
 pub(crate) type Emit<'a> = dyn FnMut(RecordType, &mut dyn FnMut(&mut Vec<u8>)) + 'a;
 
@@ -42,6 +46,8 @@ pub(crate) struct CommitLog {
     segments: VecDeque<LogSegment>,
     /// Total bytes of commit records appended by this process.
     pub appended: u64,
+    /// Start a new segment before the next append (see `roll_before_next`).
+    roll_requested: bool,
 }
 
 impl CommitLog {
@@ -62,6 +68,24 @@ impl CommitLog {
             prev,
             segments: segments.into(),
             appended: 0,
+            roll_requested: false,
+        }
+    }
+
+    /// Makes the next append start a new segment, if the current one holds
+    /// commits. A checkpoint asks for this as it takes the version it will
+    /// write: every commit of that version is then in older segments, which
+    /// the checkpoint retires whole once it is durable. Otherwise, under
+    /// steady writes, the segment holding the checkpoint record would also
+    /// hold every commit since the previous checkpoint and could go only
+    /// when full (`segment_bytes`).
+    pub fn roll_before_next(&mut self) {
+        if self
+            .segments
+            .back()
+            .is_some_and(|s| s.max_seq > 0 && s.bytes >= ROLL_BEFORE_CHECKPOINT_MIN)
+        {
+            self.roll_requested = true;
         }
     }
 
@@ -80,10 +104,14 @@ impl CommitLog {
         let roll = match &self.current {
             None => true,
             Some(cur) => {
-                cur.is_broken() || cur.len() >= self.target || covered(cur, self.segments.back())
+                self.roll_requested
+                    || cur.is_broken()
+                    || cur.len() >= self.target
+                    || covered(cur, self.segments.back())
             }
         };
         if roll {
+            self.roll_requested = false;
             if let Some(mut cur) = self.current.take() {
                 if !cur.is_broken() {
                     if let Err(e) = cur.sync() {

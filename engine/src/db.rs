@@ -1,7 +1,9 @@
 //! The database handle: opening, reading, writing, closing.
 
 use crate::batch::{BatchOp, WriteBatch};
-use crate::checkpointer::{unreferenced_below, Background, CheckpointKind, Checkpointer};
+use crate::checkpointer::{
+    unreferenced_below, Background, CheckpointKind, Checkpointer, EARLY_CHECKPOINT_MIN_BYTES,
+};
 use crate::commit_log::CommitLog;
 use crate::error::{Error, Result};
 use crate::identity::{self, IDENTITY};
@@ -601,6 +603,7 @@ impl Inner {
                 }));
             }
         }
+        let log_file_bytes = w.log.bytes();
         drop(guard);
         self.counters.group_commits.fetch_add(1, Ordering::Relaxed);
         self.counters
@@ -608,7 +611,9 @@ impl Inner {
             .fetch_add(group.len() as u64, Ordering::Relaxed);
         let redo =
             log_bytes.saturating_sub(self.counters.checkpointed_log_bytes.load(Ordering::Relaxed));
-        if redo >= self.opts.checkpoint_bytes {
+        if redo >= self.opts.checkpoint_bytes
+            || (redo >= EARLY_CHECKPOINT_MIN_BYTES && self.log_over_target(log_file_bytes))
+        {
             self.background.wake();
         }
         replies.into_iter().map(|r| r.expect("filled")).collect()

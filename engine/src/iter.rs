@@ -177,6 +177,9 @@ impl DoubleEndedIterator for Iter {
 /// ```
 pub struct Scan {
     inner: Arc<Inner>,
+    /// Held for its epoch: the cleaner deletes no segment this version's
+    /// pages may lie in while it is alive (the cursor holds only nodes).
+    _version: Arc<Version>,
     start: Bound<Vec<u8>>,
     end: Bound<Vec<u8>>,
     cursor: Cursor,
@@ -197,6 +200,7 @@ impl Scan {
         let cursor = Cursor::new(version.root.clone());
         Scan {
             inner,
+            _version: version,
             start,
             end,
             cursor,

@@ -50,6 +50,12 @@ pub trait Store: Send + Sync {
     /// Lets background work settle before space is measured (flushing
     /// memtables, checkpoints); changes nothing about durability.
     fn settle(&self) -> Result<()>;
+    /// Bytes of live data as the store itself counts them, for stores that
+    /// do (kivi: its newest checkpoint's tree); space amplification is the
+    /// bytes on disk over this.
+    fn live_bytes(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// A kind of store: how to open one, and what it is, for the report.
@@ -65,7 +71,7 @@ pub struct Kind {
 /// Every store this build can run, kivi first.
 pub fn kinds() -> Vec<Kind> {
     #[allow(unused_mut)]
-    let mut out = vec![kivi::KIND];
+    let mut out = vec![kivi::KIND, kivi::KIND_NO_CLEANER];
     #[cfg(feature = "peers")]
     out.extend([
         lmdb::KIND,
