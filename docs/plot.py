@@ -6,8 +6,10 @@
 
 writes OUT_PREFIX-throughput.png (each store's best round per workload, log
 scale), OUT_PREFIX-concurrent.png (puts per second against writer threads)
-and OUT_PREFIX-space.png (bytes on disk per pair during workload 9's long
-update run), each when the runs hold what it shows.
+OUT_PREFIX-space.png (bytes on disk per pair during workload 9's long
+update run) and OUT_PREFIX-amplification.png (bytes on disk over live bytes
+during that run, for the stores that count their live bytes: kivi), each
+when the runs hold what it shows.
 """
 
 import json
@@ -116,6 +118,36 @@ def space(paths, out):
     return True
 
 
+def amplification(paths, out, target=2.0):
+    """Bytes on disk over live bytes during workload 9's long update run,
+    for the stores that report their live bytes, with the space target."""
+    series = {}
+    n = None
+    for path in paths:
+        with open(path) as f:
+            for line in f:
+                r = json.loads(line)
+                if r.get("amplification_samples") and r["store"] not in series:
+                    n = r["n"]
+                    series[r["store"]] = r["amplification_samples"]
+    if not series:
+        return False
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for s in STORES:
+        if s in series:
+            pts = series[s]
+            ax.plot([u / n for u, _ in pts], [a for _, a in pts], marker=".", label=s)
+    ax.axhline(target, color="grey", linestyle="--", label=f"target {target}")
+    ax.set_xlabel("random updates done, in multiples of n")
+    ax.set_ylabel("bytes on disk / live tree bytes")
+    ax.set_title(f"kivi space amplification during durable random updates, n = {n:,}")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    return True
+
+
 def main():
     if len(sys.argv) < 3:
         sys.exit(__doc__)
@@ -126,6 +158,7 @@ def main():
     if any(f"concurrent_put_{t}" in best for t in (1, 2, 8, 64)):
         concurrent(best, n, f"{prefix}-concurrent.png")
     space(paths, f"{prefix}-space.png")
+    amplification(paths, f"{prefix}-amplification.png")
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ ORDER = [
     "space_steady",
     "recovery",
 ]
-STORES = ["kivi", "lmdb", "rocksdb", "leveldb", "redb", "fjall", "machine"]
+STORES = ["kivi", "kivi-nocleaner", "lmdb", "rocksdb", "leveldb", "redb", "fjall", "machine"]
 
 
 def headline(r):

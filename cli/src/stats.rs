@@ -82,6 +82,7 @@ fn human(dir: &str, s: &kivi::Stats) -> String {
             ),
         ),
         ("resident pages", bytes(s.resident_bytes)),
+        ("changed, unwritten", bytes(s.dirty_bytes)),
         (
             "cache hits / misses",
             format!(

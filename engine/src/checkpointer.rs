@@ -98,20 +98,26 @@ impl Checkpointer {
     /// segments, the commit log (`log_bytes`) and, until the checkpoint is
     /// durable and the segments it frees are deleted, what the checkpoint
     /// writes (estimated by what the last one wrote, at most the tree's
-    /// size). The live bytes are taken as the tree's alone (`tree_bytes`):
+    /// size; nothing when there is nothing new to write, `new_pages`
+    /// false, or a cleaning-only checkpoint would see its own copies as
+    /// the next one's and clean forever). The live bytes are taken as the tree's alone (`tree_bytes`):
     /// the commit log since the last checkpoint is live too (`stats`
     /// counts it), but a checkpoint retires it, after which the files must
     /// still fit. While all that fits, the floor stays; otherwise it moves
     /// past the oldest page segments, as many as the excess needs, at most
-    /// `CLEAN_STEP_BYTES` of them per checkpoint (at least one), never into
-    /// the segment being written.
-    fn plan_floor(&self, tree_bytes: u64, log_bytes: u64, max: f64) -> Plan {
+    /// `CLEAN_STEP_BYTES` or the tree's size of them per checkpoint (at
+    /// least one), never into the segment being written.
+    fn plan_floor(&self, tree_bytes: u64, log_bytes: u64, max: f64, new_pages: bool) -> Plan {
         let keep = Plan {
             floor: self.floor,
             close_current: false,
         };
         let allowed = (tree_bytes as f64 * max) as u64;
-        let coming = self.last_written.unwrap_or(tree_bytes).min(tree_bytes);
+        let coming = if new_pages {
+            self.last_written.unwrap_or(tree_bytes).min(tree_bytes)
+        } else {
+            0
+        };
         let mut total = self.page_bytes() + log_bytes + coming;
         if total <= allowed {
             return keep;
@@ -119,6 +125,11 @@ impl Checkpointer {
         let current = self.pages.current();
         let mut floor = self.floor.max(self.durable_oldest);
         let mut step = 0u64;
+        // What a checkpoint copies is the live part of the segments it
+        // cleans, usually small (the rest died as checkpoints rewrote it);
+        // the step bounds that at the tree's size, so the cleaner keeps up
+        // with checkpoints that rewrite most of a large tree.
+        let step_max = CLEAN_STEP_BYTES.max(tree_bytes);
         for (&id, &len) in self.pages.segments().range(u64::from(floor)..) {
             if current.is_some_and(|c| c.0 == id) {
                 // Everything older is cleaned and it is still too much: the
@@ -133,7 +144,7 @@ impl Checkpointer {
                 }
                 break;
             }
-            if total <= allowed || (step > 0 && step + len > CLEAN_STEP_BYTES) {
+            if total <= allowed || (step > 0 && step + len > step_max) {
                 break;
             }
             total -= len;
@@ -174,9 +185,9 @@ struct Space {
     log: u64,
 }
 
-/// Most bytes of page segments one checkpoint cleans (unless a single
-/// segment is larger): bounds the extra work, and the memory of the
-/// relocation map, each checkpoint carries.
+/// Most bytes of page segments one checkpoint cleans, unless the tree is
+/// larger (then its size) or a single segment is: bounds the extra work,
+/// and the memory of the relocation map, each checkpoint carries.
 const CLEAN_STEP_BYTES: u64 = 64 << 20;
 
 /// What a checkpoint is for.
@@ -302,8 +313,13 @@ impl Inner {
         Space { tree, log }
     }
 
-    fn plan_floor(&self, c: &Checkpointer, space: Space) -> Plan {
-        c.plan_floor(space.tree, space.log, self.opts.space_amplification_max)
+    fn plan_floor(&self, c: &Checkpointer, space: Space, new_pages: bool) -> Plan {
+        c.plan_floor(
+            space.tree,
+            space.log,
+            self.opts.space_amplification_max,
+            new_pages,
+        )
     }
 
     /// Whether the commit log, `log_bytes` long, takes so much of the room
@@ -325,7 +341,9 @@ impl Inner {
         let Some(c) = guard.as_ref() else {
             return false;
         };
-        self.plan_floor(c, space).floor > c.durable_oldest
+        // Only asked when idle: whatever the next checkpoint writes beyond
+        // its copies is small.
+        self.plan_floor(c, space, false).floor > c.durable_oldest
     }
 
     /// Deletes the page segments no checkpoint references once no version
@@ -389,7 +407,7 @@ impl Inner {
             && v.log_bytes == self.counters.checkpointed_log_bytes.load(Ordering::Relaxed);
         let floor = match kind {
             CheckpointKind::Regular => {
-                let plan = self.plan_floor(c, space);
+                let plan = self.plan_floor(c, space, !nothing_new);
                 if plan.close_current {
                     c.pages.finish_segment()?;
                 }
@@ -483,7 +501,9 @@ impl Inner {
         let epochs = c.old_epochs.clone();
         c.retiring
             .extend(retire.into_iter().map(|id| (epochs.clone(), id)));
-        c.last_written = Some(stats.bytes);
+        if kind == CheckpointKind::Regular {
+            c.last_written = Some(stats.bytes - stats.relocated_bytes);
+        }
         let counters = &self.counters;
         counters.checkpoints.fetch_add(1, Ordering::Relaxed);
         counters

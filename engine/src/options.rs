@@ -16,7 +16,10 @@ pub enum Durability {
 #[derive(Debug, Clone)]
 pub struct Options {
     pub durability: Durability,
-    /// Page cache limit in bytes (default 256 MiB).
+    /// Page cache limit in bytes (default 256 MiB): the cache and the written
+    /// nodes kept in the tree share it. Nodes changed since the last
+    /// checkpoint come on top (`Stats::dirty_bytes`), bounded today only by
+    /// the checkpoint triggers (see ARCHITECTURE.md, Limits).
     pub cache_bytes: u64,
     /// Pages split when their encoded size would pass this (default 4 KiB).
     pub page_size: usize,

@@ -33,6 +33,11 @@ pub struct Stats {
     /// Bytes of written pages kept in memory in the tree itself, beside the
     /// cache; the two share `cache_bytes`.
     pub resident_bytes: u64,
+    /// Memory of the nodes changes made that no checkpoint has written yet,
+    /// each counting what it adds (a leaf's delta, not the base it shares:
+    /// a base evicted from the cache while a changed leaf holds it is not
+    /// counted anywhere, so this is a lower bound).
+    pub dirty_bytes: u64,
     pub cache_pages: u64,
     pub cache_hits: u64,
     pub cache_misses: u64,
@@ -95,6 +100,7 @@ impl Db {
             cache_bytes: p.cache_bytes,
             cache_capacity: p.cache_capacity,
             resident_bytes: p.resident_bytes,
+            dirty_bytes: p.dirty_bytes,
             cache_pages: p.cache_pages,
             cache_hits: p.hits,
             cache_misses: p.misses,

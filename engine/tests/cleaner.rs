@@ -252,3 +252,38 @@ fn deleted_keys_stay_deleted_through_cleaning_and_reopen() {
     assert_eq!(dump(&db), model);
     assert_healthy(&db, model.len());
 }
+
+#[test]
+fn an_idle_store_over_its_target_is_cleaned_once_not_forever() {
+    let tmp = tempfile::tempdir().unwrap();
+    let opts = Options {
+        // Larger than the tree: cleaning it means closing the segment being
+        // written and copying the tree into the next, which must then be
+        // left alone.
+        segment_bytes: 4 << 20,
+        ..Options::default()
+    };
+    let mut model = Model::new();
+    let db = Db::open(tmp.path(), opts).unwrap();
+    // Updates over a few checkpoints, leaving old pages live here and there.
+    for seed in 0..4 {
+        update(&db, &mut model, 20_000, 1, 200 + seed);
+        db.checkpoint().unwrap();
+    }
+    // Idle: the background cleans (idle after a second, then a tick or
+    // two), and then must stop.
+    std::thread::sleep(std::time::Duration::from_millis(3000));
+    let settled = db.stats().unwrap();
+    assert!(
+        settled.space_amplification().unwrap() <= 2.0,
+        "idle cleaning left {settled:?}"
+    );
+    std::thread::sleep(std::time::Duration::from_millis(2000));
+    let later = db.stats().unwrap();
+    assert_eq!(
+        later.checkpoints, settled.checkpoints,
+        "an idle store kept checkpointing: {later:?}"
+    );
+    assert_eq!(dump(&db), model);
+    assert_healthy(&db, model.len());
+}

@@ -283,6 +283,7 @@ enum Slot {
 impl<'a> Ctx<'a> {
     fn track(&mut self, node: Node) -> Arc<Node> {
         self.new_bytes += node.mem_bytes();
+        node.mark_dirty(self.pager.dirty_counter());
         Arc::new(node)
     }
 

@@ -281,6 +281,9 @@ pub fn release_written(pager: &Pager, root: &Arc<Node>, moved: &TreeWrite) -> Op
     if !moved.blobs.is_empty() {
         repoint_blobs(pager, root, &moved.blobs);
     }
+    if pager.durable_page(root).is_some() {
+        root.mark_clean();
+    }
     let released = release_children(pager, root, moved);
     pager.rebalance();
     released
@@ -333,6 +336,7 @@ fn release_children(pager: &Pager, root: &Arc<Node>, moved: &TreeWrite) -> Optio
             // with a delta gives way to its consolidated twin, if it has one
             // (same content, same page; see `TreeWriter::consolidate`).
             Some(page) => {
+                child.mark_clean();
                 let released = match child.consolidated() {
                     Some(twin) => Some(twin.clone()),
                     None => release_children(pager, child, moved),

@@ -18,7 +18,7 @@
 
 use crate::leaf::{head, search_heads, LeafData, Written};
 use kivi_log::PageRef;
-use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtomicOrdering};
 use std::sync::{Arc, OnceLock};
 
 /// A durable page, the bytes of everything reachable from it (the page, its
@@ -258,6 +258,11 @@ pub struct Node {
     /// the checkpoint that wrote it, to take this node's place in the tree
     /// once that checkpoint is durable (see `checkpoint::release_written`).
     consolidated: OnceLock<Arc<Node>>,
+    /// Set when a change made this node: the pager's count of bytes in nodes
+    /// no durable checkpoint has written yet (which only a checkpoint can
+    /// let go), until `dirty_done` says it was written or it is dropped.
+    dirty: OnceLock<Arc<AtomicU64>>,
+    dirty_done: AtomicBool,
 }
 
 impl Drop for Node {
@@ -265,6 +270,7 @@ impl Drop for Node {
         if let Some(count) = self.resident.get() {
             count.fetch_sub(self.mem as u64, AtomicOrdering::Relaxed);
         }
+        self.mark_clean();
     }
 }
 
@@ -288,6 +294,8 @@ impl Node {
             size,
             resident: OnceLock::new(),
             consolidated: OnceLock::new(),
+            dirty: OnceLock::new(),
+            dirty_done: AtomicBool::new(false),
         }
     }
 
@@ -324,6 +332,40 @@ impl Node {
         self.resident.get().is_some()
     }
 
+    /// Counts the node, just made by a change, as dirty in `count`.
+    pub(crate) fn mark_dirty(&self, count: &Arc<AtomicU64>) {
+        if self.dirty.set(count.clone()).is_ok() {
+            count.fetch_add(self.own_bytes(), AtomicOrdering::Relaxed);
+        }
+    }
+
+    /// Stops counting the node as dirty (a durable checkpoint wrote it).
+    pub(crate) fn mark_clean(&self) {
+        if let Some(count) = self.dirty.get() {
+            if !self.dirty_done.swap(true, AtomicOrdering::Relaxed) {
+                count.fetch_sub(self.own_bytes(), AtomicOrdering::Relaxed);
+            }
+        }
+    }
+
+    /// Memory this node adds to the version it came from: an overlay (a
+    /// leaf's delta, an internal node's newest patches) shares its base,
+    /// which is counted where it was made (or by the cache); a
+    /// consolidated node owns everything.
+    fn own_bytes(&self) -> u64 {
+        let own = match &self.body {
+            Body::Leaf { delta: Some(d), .. } => std::mem::size_of::<Node>() + d.mem_bytes(),
+            Body::Internal {
+                patches: Some(p), ..
+            } => {
+                std::mem::size_of::<Node>()
+                    + p.entries.len() * std::mem::size_of::<(u32, ChildRef)>()
+            }
+            _ => self.mem,
+        };
+        own as u64
+    }
+
     pub fn internal(level: u8, base: Arc<InternalData>, patches: Option<Arc<Patches>>) -> Self {
         assert!(level > 0, "internal node at level 0");
         let mem = std::mem::size_of::<Node>()
@@ -340,6 +382,8 @@ impl Node {
             size,
             resident: OnceLock::new(),
             consolidated: OnceLock::new(),
+            dirty: OnceLock::new(),
+            dirty_done: AtomicBool::new(false),
         }
     }
 

@@ -30,6 +30,8 @@ pub struct PagerStats {
     pub cache_capacity: u64,
     /// Bytes of written nodes kept in memory in the tree, outside the cache.
     pub resident_bytes: u64,
+    /// Bytes of nodes changes made that no durable checkpoint has written.
+    pub dirty_bytes: u64,
     pub cache_pages: u64,
     pub hits: u64,
     pub misses: u64,
@@ -52,6 +54,9 @@ pub struct Pager {
     /// Bytes of durably written nodes kept in memory in the tree itself (see
     /// `checkpoint::release_written`), reached without a cache lookup.
     resident: Arc<AtomicU64>,
+    /// Bytes of nodes made by changes and not yet durably written (see
+    /// `Node::mark_dirty`): what only a checkpoint can free.
+    dirty: Arc<AtomicU64>,
     /// Open segments, at most `max_open` (a file handle each).
     readers: RwLock<HashMap<u32, Arc<dyn SegmentReader>>>,
     max_open: usize,
@@ -79,6 +84,7 @@ impl Pager {
             cache: Cache::with_weighter(items, cache_bytes.max(1), NodeWeight),
             budget: cache_bytes.max(1),
             resident: Arc::new(AtomicU64::new(0)),
+            dirty: Arc::new(AtomicU64::new(0)),
             readers: RwLock::new(HashMap::new()),
             max_open: MAX_OPEN_SEGMENTS,
             durable_generation: AtomicU64::new(0),
@@ -89,6 +95,15 @@ impl Pager {
 
     pub fn storage(&self) -> &Arc<dyn Storage> {
         &self.storage
+    }
+
+    /// Bytes of nodes changes made that no durable checkpoint has written.
+    pub fn dirty_bytes(&self) -> u64 {
+        self.dirty.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn dirty_counter(&self) -> &Arc<AtomicU64> {
+        &self.dirty
     }
 
     pub fn durable_generation(&self) -> u64 {
@@ -135,6 +150,7 @@ impl Pager {
             cache_bytes: self.cache.weight(),
             cache_capacity: self.cache.capacity(),
             resident_bytes: self.resident.load(Ordering::Relaxed),
+            dirty_bytes: self.dirty_bytes(),
             cache_pages: self.cache.len() as u64,
             hits: self.cache.hits(),
             misses: self.cache.misses(),

@@ -12,9 +12,15 @@ pub fn key(j: u64) -> [u8; 40] {
 }
 
 /// A fresh store in `dir` holding pairs 0..n.
+#[allow(dead_code)] // not every example loads with the default options
 pub fn load(dir: &str, n: u64) -> Result<kivi::Db> {
+    load_with(dir, n, kivi::Options::default())
+}
+
+/// A fresh store in `dir`, opened with `opts`, holding pairs 0..n.
+pub fn load_with(dir: &str, n: u64, opts: kivi::Options) -> Result<kivi::Db> {
     let _ = std::fs::remove_dir_all(dir);
-    let db = kivi::Db::open(dir, kivi::Options::default())?;
+    let db = kivi::Db::open(dir, opts)?;
     let mut i = 0u64;
     while i < n {
         let mut batch = kivi::WriteBatch::new();
