@@ -7,6 +7,12 @@ use std::sync::Arc;
 /// long as they like, and the writer publishes a new one after each commit.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Version {
+    /// Shared by the versions published between two checkpoints. The cleaner
+    /// deletes a segment only once every version that could still read it
+    /// is gone: it holds the epoch weakly and waits until it dies. Declared
+    /// first so that it is dropped first: freeing a large superseded tree
+    /// takes a while, and nothing can read through a version being dropped.
+    pub epoch: Arc<Epoch>,
     pub root: Option<Arc<Node>>,
     /// Sequence number of the last commit included.
     pub seq: u64,
@@ -14,10 +20,6 @@ pub(crate) struct Version {
     /// Commit-log bytes written up to this version since the store was opened
     /// (plus those replayed at open): the redo a checkpoint of it retires.
     pub log_bytes: u64,
-    /// Shared by the versions published between two checkpoints. The cleaner
-    /// deletes a segment only once every version that could still read it
-    /// is gone: it holds the epoch weakly and waits until it dies.
-    pub epoch: Arc<Epoch>,
 }
 
 /// See `Version::epoch`.
