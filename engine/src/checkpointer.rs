@@ -96,9 +96,9 @@ impl Checkpointer {
     /// Where the next checkpoint should clean up to. The store's files are
     /// to stay within `max` times its live bytes. The files are the page
     /// segments, the commit log (`log_bytes`) and, until the checkpoint is
-    /// durable and the segments it frees are deleted, what the checkpoint
-    /// writes (estimated by what the last one wrote, at most the tree's
-    /// size; nothing when there is nothing new to write, `new_pages`
+    /// durable and the segments it frees are deleted, what this checkpoint
+    /// and the next write (each estimated by what the last one wrote, at most the tree's
+    /// size, nothing before the first; nothing when there is nothing new to write, `new_pages`
     /// false, or a cleaning-only checkpoint would see its own copies as
     /// the next one's and clean forever). The live bytes are taken as the tree's alone (`tree_bytes`):
     /// the commit log since the last checkpoint is live too (`stats`
@@ -113,12 +113,20 @@ impl Checkpointer {
             close_current: false,
         };
         let allowed = (tree_bytes as f64 * max) as u64;
+        // Unknown before the first checkpoint of a session: then only what
+        // is over the target now is cleaned (guessing the tree's size would
+        // copy a whole clean tree at the first checkpoint after every open).
         let coming = if new_pages {
-            self.last_written.unwrap_or(tree_bytes).min(tree_bytes)
+            self.last_written.unwrap_or(0).min(tree_bytes)
         } else {
             0
         };
-        let mut total = self.page_bytes() + log_bytes + coming;
+        // Nothing is deleted until the checkpoint is durable, and the
+        // segments kept now must leave room for the next checkpoint's
+        // writes too: a few live pages left in every old segment (after
+        // uniform random updates, ~0.3% of leaves between two checkpoints)
+        // keep them all, so they cannot be counted on to die by themselves.
+        let mut total = self.page_bytes() + log_bytes + 2 * coming;
         if total <= allowed {
             return keep;
         }
@@ -127,9 +135,10 @@ impl Checkpointer {
         let mut step = 0u64;
         // What a checkpoint copies is the live part of the segments it
         // cleans, usually small (the rest died as checkpoints rewrote it);
-        // the step bounds that at the tree's size, so the cleaner keeps up
-        // with checkpoints that rewrite most of a large tree.
-        let step_max = CLEAN_STEP_BYTES.max(tree_bytes);
+        // the step bounds that at twice the tree's size, so the cleaner gets
+        // ahead of checkpoints that rewrite most of a large tree (with one
+        // tree's worth it only kept pace, at two trees on disk).
+        let step_max = CLEAN_STEP_BYTES.max(2 * tree_bytes);
         for (&id, &len) in self.pages.segments().range(u64::from(floor)..) {
             if current.is_some_and(|c| c.0 == id) {
                 // Everything older is cleaned and it is still too much: the
@@ -185,8 +194,8 @@ struct Space {
     log: u64,
 }
 
-/// Most bytes of page segments one checkpoint cleans, unless the tree is
-/// larger (then its size) or a single segment is: bounds the extra work,
+/// Most bytes of page segments one checkpoint cleans, unless twice the tree
+/// is more (then that) or a single segment is: bounds the extra work,
 /// and the memory of the relocation map, each checkpoint carries.
 const CLEAN_STEP_BYTES: u64 = 64 << 20;
 
