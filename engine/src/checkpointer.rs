@@ -112,7 +112,10 @@ impl Checkpointer {
             floor: self.floor,
             close_current: false,
         };
-        let allowed = (tree_bytes as f64 * max) as u64;
+        // A tenth of headroom: the estimates (what checkpoints will write,
+        // the commit log meanwhile) are rough, and the files must stay
+        // under the target, not reach it.
+        let allowed = (tree_bytes as f64 * max * PLAN_HEADROOM) as u64;
         // Unknown before the first checkpoint of a session: then only what
         // is over the target now is cleaned (guessing the tree's size would
         // copy a whole clean tree at the first checkpoint after every open).
@@ -166,6 +169,9 @@ impl Checkpointer {
         }
     }
 }
+
+/// The cleaner plans to keep the files within this share of the target.
+const PLAN_HEADROOM: f64 = 0.9;
 
 /// What the next checkpoint cleans: the records before `floor`, after
 /// closing the segment being written if `close_current` (the floor then
