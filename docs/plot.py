@@ -89,18 +89,25 @@ def concurrent(best, n, out):
     fig.savefig(out, dpi=110)
 
 
-def space(paths, out):
-    """Bytes on disk per pair during workload 9's long update run, per store
-    (the first round that has samples)."""
+def samples(paths, field):
+    """Per store, the first round's `field` samples of workload 9's long
+    update run, and n."""
     series = {}
     n = None
     for path in paths:
         with open(path) as f:
             for line in f:
                 r = json.loads(line)
-                if r.get("space_samples") and r["store"] not in series:
+                if r.get(field) and r["store"] not in series:
                     n = r["n"]
-                    series[r["store"]] = r["space_samples"]
+                    series[r["store"]] = r[field]
+    return series, n
+
+
+def space(paths, out):
+    """Bytes on disk per pair during workload 9's long update run, per store
+    (the first round that has samples)."""
+    series, n = samples(paths, "space_samples")
     if not series:
         return False
     fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -121,15 +128,7 @@ def space(paths, out):
 def amplification(paths, out, target=2.0):
     """Bytes on disk over live bytes during workload 9's long update run,
     for the stores that report their live bytes, with the space target."""
-    series = {}
-    n = None
-    for path in paths:
-        with open(path) as f:
-            for line in f:
-                r = json.loads(line)
-                if r.get("amplification_samples") and r["store"] not in series:
-                    n = r["n"]
-                    series[r["store"]] = r["amplification_samples"]
+    series, n = samples(paths, "amplification_samples")
     if not series:
         return False
     fig, ax = plt.subplots(figsize=(7, 4.5))

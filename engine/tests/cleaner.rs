@@ -31,6 +31,17 @@ fn settle(db: &Db) -> kivi::Stats {
     db.stats().unwrap()
 }
 
+/// Checks `db` against `model`, closes it, and checks again after reopening
+/// from its files alone.
+fn verify_then_reopen(db: Db, dir: &Path, opts: Options, model: &Model) {
+    assert_eq!(dump(&db), *model);
+    assert_healthy(&db, model.len());
+    drop(db);
+    let db = Db::open(dir, opts).unwrap();
+    assert_eq!(dump(&db), *model);
+    assert_healthy(&db, model.len());
+}
+
 fn value(key: u64, round: u64) -> Vec<u8> {
     let mut v = format!("value-{key}-{round}-").into_bytes();
     v.resize(40, b'x');
@@ -88,12 +99,7 @@ fn space_stays_bounded_under_sustained_random_updates() {
         worst <= opts.space_amplification_max,
         "space amplification reached {worst:.2}: {s:?}"
     );
-    assert_eq!(dump(&db), model);
-    assert_healthy(&db, model.len());
-    drop(db);
-    let db = Db::open(tmp.path(), opts).unwrap();
-    assert_eq!(dump(&db), model);
-    assert_healthy(&db, model.len());
+    verify_then_reopen(db, tmp.path(), opts, &model);
 }
 
 #[test]
@@ -161,12 +167,7 @@ fn compact_keeps_every_live_pair_and_shrinks_the_files() {
         "{after:?}"
     );
     assert_eq!(after.commit_segments, 1, "{after:?}");
-    assert_eq!(dump(&db), model);
-    assert_healthy(&db, model.len());
-    drop(db);
-    let db = Db::open(tmp.path(), opts).unwrap();
-    assert_eq!(dump(&db), model);
-    assert_healthy(&db, model.len());
+    verify_then_reopen(db, tmp.path(), opts, &model);
 }
 
 #[test]
