@@ -339,11 +339,19 @@ impl Inner {
 
     /// Whether the commit log, `log_bytes` long, takes so much of the room
     /// the space target leaves beside the tree that it should be retired now.
+    /// Never before there is a durable tree to measure it against: until
+    /// then the log is all the store holds (its amplification is 1), and
+    /// `checkpoint_bytes` alone decides. (An early checkpoint at 256 KiB of
+    /// a fresh store also raced explicit ones, which made tests that expect
+    /// only their own checkpoints flaky.)
     pub(crate) fn log_over_target(&self, log_bytes: u64) -> bool {
         let tree = self
             .counters
             .checkpointed_tree_bytes
             .load(Ordering::Relaxed);
+        if tree == 0 {
+            return false;
+        }
         let room = (tree as f64 * (self.opts.space_amplification_max - 1.0) / 2.0) as u64;
         log_bytes > room.max(EARLY_CHECKPOINT_MIN_BYTES)
     }
