@@ -10,6 +10,42 @@
 
 mod common;
 
+/// The allocator the `kivi` binary uses (mimalloc), counting the bytes live
+/// on the heap, so the trace can tell what the store holds from what the
+/// allocator keeps.
+struct Counting;
+
+static HEAP: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+// SAFETY: every call forwards to mimalloc with the same layout
+// and pointer; the counter is only arithmetic beside it.
+unsafe impl std::alloc::GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: std::alloc::Layout) -> *mut u8 {
+        HEAP.fetch_add(l.size(), std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: as the caller promised for `l`.
+        unsafe { mimalloc::MiMalloc.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: std::alloc::Layout) {
+        HEAP.fetch_sub(l.size(), std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: `p` came from `alloc` with layout `l`.
+        unsafe { mimalloc::MiMalloc.dealloc(p, l) }
+    }
+    unsafe fn alloc_zeroed(&self, l: std::alloc::Layout) -> *mut u8 {
+        HEAP.fetch_add(l.size(), std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: as the caller promised for `l`.
+        unsafe { mimalloc::MiMalloc.alloc_zeroed(l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: std::alloc::Layout, new: usize) -> *mut u8 {
+        HEAP.fetch_add(new, std::sync::atomic::Ordering::Relaxed);
+        HEAP.fetch_sub(l.size(), std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: `p` came from `alloc` with layout `l`; `new` is the caller's.
+        unsafe { mimalloc::MiMalloc.realloc(p, l, new) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
 use common::{key, load_with, update, Result};
 use std::time::Instant;
 
@@ -81,7 +117,33 @@ fn main() -> Result<()> {
 
     reset_peak();
     let t = Instant::now();
+    // MEMORY_TRACE=1 prints the memory figures every second meanwhile.
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let tracer = std::env::var_os("MEMORY_TRACE").map(|_| {
+        let (db, done) = (db.clone(), done.clone());
+        std::thread::spawn(move || {
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                std::thread::sleep(std::time::Duration::from_secs(1));
+                if let Ok(s) = db.stats() {
+                    println!(
+                        "  {:>5.1} s  RSS {:>5} MiB  heap {:>5} MiB  cache {:>4} resident {:>4} unwritten {:>4} MiB  checkpoints {}",
+                        t.elapsed().as_secs_f64(),
+                        status("VmRSS:") >> 20,
+                        HEAP.load(std::sync::atomic::Ordering::Relaxed) >> 20,
+                        s.cache_bytes >> 20,
+                        s.resident_bytes >> 20,
+                        s.dirty_bytes >> 20,
+                        s.checkpoints,
+                    );
+                }
+            }
+        })
+    });
     update(&db, n, ops, 99)?;
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    if let Some(t) = tracer {
+        let _ = t.join();
+    }
     report(&db, "random updates", ops, t)?;
 
     reset_peak();

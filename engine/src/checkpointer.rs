@@ -473,7 +473,7 @@ impl Inner {
             match self.submit(Request::Checkpoint {
                 record: rec,
                 generation,
-                moved: written,
+                moved: Box::new(written),
                 fresh_segment: kind == CheckpointKind::Compact,
             })? {
                 Reply::Checkpoint {

@@ -28,7 +28,7 @@ pub(crate) enum Request {
         record: CheckpointRecord,
         generation: u64,
         /// Records the checkpoint copied out of segments being cleaned.
-        moved: TreeWrite,
+        moved: Box<TreeWrite>,
         /// Put the record in a new commit segment, so that every older one
         /// can go (compaction).
         fresh_segment: bool,

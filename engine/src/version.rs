@@ -27,7 +27,7 @@ pub(crate) struct Version {
 pub(crate) struct Epoch;
 
 /// Versions waiting to be freed, at most.
-const RECLAIM_QUEUE: usize = 64;
+const RECLAIM_QUEUE: usize = 8;
 
 /// Drops superseded versions on a thread of its own. Replacing a version
 /// frees every node the new one no longer shares (a thousand or so for a

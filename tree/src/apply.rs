@@ -11,7 +11,7 @@ use crate::leaf::{
     compare_keys, entry_size, head, merge_into, BigValue, Entry, LeafData, ValueRef,
     INLINE_VALUE_MAX,
 };
-use crate::node::{Body, ChildRef, InternalData, Node, Patches};
+use crate::node::{Body, ChildRef, InternalData, LeafBase, Node, Patches};
 
 /// Most chunks in an internal node's patch chain before it is folded.
 const PATCH_CHAIN_MAX: usize = 8;
@@ -295,7 +295,8 @@ impl<'a> Ctx<'a> {
     ) -> Result<Change, Error> {
         match node.body() {
             Body::Leaf { base, delta } => {
-                Ok(self.apply_leaf(node, base, delta.as_ref(), ops, bigs))
+                let entries = self.pager.base(base)?;
+                Ok(self.apply_leaf(node, base, &entries, delta.as_ref(), ops, bigs))
             }
             Body::Internal { .. } => self.apply_internal(node, ops, bigs),
         }
@@ -310,9 +311,11 @@ impl<'a> Ctx<'a> {
         }
     }
 
+    /// `base` holds the entries of `kind`, the leaf's base.
     fn apply_leaf(
         &mut self,
-        node: &Node,
+        node: &Arc<Node>,
+        kind: &LeafBase,
         base: &LeafData,
         delta: Option<&LeafData>,
         ops: &[OpRef<'_>],
@@ -375,49 +378,51 @@ impl<'a> Ctx<'a> {
             && !mostly_deleted
         {
             // Small change: a new overlay on the shared base.
-            let empty = LeafData::default();
-            let old = delta.unwrap_or(&empty);
-            let bytes = old.data_len()
-                + edits
-                    .iter()
-                    .map(|(k, e)| {
-                        k.len()
-                            + if let Edit::Put(ValueRef::Inline(v)) = e {
-                                v.len()
-                            } else {
-                                0
+            let node = match kind {
+                // A fresh delta over the node's own page once a checkpoint
+                // has written it; else the delta grows over the same base.
+                LeafBase::Page(at) => match self.pager.durable_page(node) {
+                    Some(now) => Node::leaf_with_delta(
+                        LeafBase::Page(now),
+                        merged_delta(None, &edits, true),
+                        size,
+                    ),
+                    None => Node::leaf_with_delta(
+                        LeafBase::Page(*at),
+                        merged_delta(delta, &edits, true),
+                        size,
+                    ),
+                },
+                LeafBase::Mem(b) => {
+                    let in_memory = Node::leaf_with_delta(
+                        LeafBase::Mem(b.clone()),
+                        merged_delta(delta, &edits, false),
+                        size,
+                    );
+                    match self.pager.durable_page(node) {
+                        // The leaf's content is durably at `at`. It stays
+                        // in memory, base and all, only while the budget
+                        // counts it; otherwise the changed leaf names the
+                        // page as its base and holds just these edits (the
+                        // page already holds any older delta).
+                        Some(at)
+                            if !(node.is_resident()
+                                && self.pager.try_make_resident(&in_memory)) =>
+                        {
+                            if delta.is_none() {
+                                self.pager.adopt(at, node.clone());
                             }
-                    })
-                    .sum::<usize>();
-            let mut new_delta = LeafData::with_capacity(old.len() + edits.len(), bytes);
-            let (mut i, mut j) = (0, 0);
-            while i < old.len() || j < edits.len() {
-                let order = if j == edits.len() {
-                    std::cmp::Ordering::Greater
-                } else if i == old.len() {
-                    std::cmp::Ordering::Less
-                } else {
-                    compare_keys(edits[j].0, old.key(i))
-                };
-                if order.is_gt() {
-                    new_delta.push(old.key(i), old.entry(i));
-                    i += 1;
-                    continue;
+                            Node::leaf_with_delta(
+                                LeafBase::Page(at),
+                                merged_delta(None, &edits, true),
+                                size,
+                            )
+                        }
+                        _ => in_memory,
+                    }
                 }
-                if order.is_eq() {
-                    i += 1;
-                }
-                let (k, e) = edits[j];
-                j += 1;
-                match e {
-                    Edit::Put(v) => new_delta.push(k, Entry::Value(v)),
-                    Edit::Tombstone => new_delta.push(k, Entry::Tombstone),
-                    Edit::Drop => {}
-                }
-            }
-            let delta = (!new_delta.is_empty()).then_some(new_delta);
-            let node = self.track(Node::leaf_with_delta(base.clone(), delta, size));
-            return Change::One(node);
+            };
+            return Change::One(self.track(node));
         }
 
         // Consolidate: base + delta + edits, tombstones applied.
@@ -699,7 +704,10 @@ impl<'a> Ctx<'a> {
         sep: Vec<u8>,
     ) -> Result<Vec<Piece>, Error> {
         if left.is_leaf() {
-            let (l, r) = (leaf_entries(left), leaf_entries(right));
+            let (l, r) = (
+                leaf_entries(self.pager, left)?,
+                leaf_entries(self.pager, right)?,
+            );
             let entries: Vec<_> = l.iter().chain(r.iter()).collect();
             if entries.is_empty() {
                 return Ok(Vec::new());
@@ -781,6 +789,60 @@ impl<'a> Ctx<'a> {
         }
         Ok(Some(root))
     }
+}
+
+/// `old` (a leaf's delta, if any) with `edits` applied, in key order; `None`
+/// if nothing is left. With `never_drop`, deleting a key that only the
+/// delta holds leaves a tombstone instead of dropping the entry: the delta
+/// of a leaf whose base is a page must cover every key it ever changed (see
+/// `LeafBase::Page`).
+fn merged_delta(
+    old: Option<&LeafData>,
+    edits: &[(&[u8], Edit<'_>)],
+    never_drop: bool,
+) -> Option<LeafData> {
+    let empty = LeafData::default();
+    let old = old.unwrap_or(&empty);
+    let bytes = old.data_len()
+        + edits
+            .iter()
+            .map(|(k, e)| {
+                k.len()
+                    + if let Edit::Put(ValueRef::Inline(v)) = e {
+                        v.len()
+                    } else {
+                        0
+                    }
+            })
+            .sum::<usize>();
+    let mut new_delta = LeafData::with_capacity(old.len() + edits.len(), bytes);
+    let (mut i, mut j) = (0, 0);
+    while i < old.len() || j < edits.len() {
+        let order = if j == edits.len() {
+            std::cmp::Ordering::Greater
+        } else if i == old.len() {
+            std::cmp::Ordering::Less
+        } else {
+            compare_keys(edits[j].0, old.key(i))
+        };
+        if order.is_gt() {
+            new_delta.push(old.key(i), old.entry(i));
+            i += 1;
+            continue;
+        }
+        if order.is_eq() {
+            i += 1;
+        }
+        let (k, e) = edits[j];
+        j += 1;
+        match e {
+            Edit::Put(v) => new_delta.push(k, Entry::Value(v)),
+            Edit::Tombstone => new_delta.push(k, Entry::Tombstone),
+            Edit::Drop if never_drop => new_delta.push(k, Entry::Tombstone),
+            Edit::Drop => {}
+        }
+    }
+    (!new_delta.is_empty()).then_some(new_delta)
 }
 
 fn into_ref(slot: Slot) -> ChildRef {

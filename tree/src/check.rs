@@ -56,7 +56,10 @@ fn visit(
     let mut bytes = at.map_or(0, |a| u64::from(a.page.len));
     match node.body() {
         Body::Leaf { .. } => {
-            let entries = leaf_entries(node);
+            let entries = leaf_entries(pager, node).unwrap_or_else(|e| {
+                report.problems.push(e.to_string());
+                Default::default()
+            });
             if let (Some(first), Some(last)) = (entries.first_key(), entries.last_key()) {
                 if out_of_range(first) || out_of_range(last) {
                     report.problems.push(format!(

@@ -12,7 +12,7 @@
 //! when it must: either way, memory stays within `cache_bytes`.
 
 use crate::leaf::{merge_into, BigValue, Entry, LeafData, ValueRef};
-use crate::node::{Body, ChildRef, DiskRef, InternalData, Node};
+use crate::node::{Body, ChildRef, DiskRef, InternalData, LeafBase, Node};
 use crate::page::{encode_internal, encode_leaf};
 use crate::pager::Pager;
 use kivi_log::{Error, PageRef, RecordType};
@@ -52,11 +52,18 @@ pub struct TreeWrite {
     pub pages: HashMap<u64, DiskRef>,
     /// Old blob address -> new blob.
     pub blobs: HashMap<u64, PageRef>,
+    /// Page address -> the page now holding its content plus a newer state
+    /// of a delta laid over it: for leaves whose base is a page (see
+    /// `LeafBase::Page`), and for leaves the cleaner copied. A changed leaf
+    /// made after the checkpoint took its version may name the old page as
+    /// its base; it is moved onto the new one before the old can go. With
+    /// the delta the written leaf had, whose entries the new page holds.
+    pub rebased: HashMap<u64, (DiskRef, Option<LeafData>)>,
 }
 
 impl TreeWrite {
     pub fn is_relocation_free(&self) -> bool {
-        self.pages.is_empty() && self.blobs.is_empty()
+        self.pages.is_empty() && self.blobs.is_empty() && self.rebased.is_empty()
     }
 }
 
@@ -85,6 +92,7 @@ pub fn write_tree(
         sink,
         stats,
         out: TreeWrite::default(),
+        twin_bytes: 0,
     };
     let r = w.write_node(root)?;
     debug_assert!(r.oldest >= floor.min(r.page.addr.segment));
@@ -101,17 +109,25 @@ struct TreeWriter<'a> {
     sink: &'a mut dyn PageSink,
     stats: &'a mut WriteStats,
     out: TreeWrite,
+    /// Memory of the consolidated twins built so far, which will be
+    /// resident once the checkpoint is durable: bounded by the room the
+    /// budget has for resident nodes.
+    twin_bytes: u64,
 }
 
 impl TreeWriter<'_> {
     fn write_node(&mut self, node: &Arc<Node>) -> Result<DiskRef, Error> {
         let relocating = match node.written.get(self.valid) {
             Some(r) if r.oldest >= self.floor => return Ok(r),
-            Some(_) => true,
-            None => false,
+            Some(old) => Some(old),
+            None => None,
         };
         let r = match node.body() {
-            Body::Leaf { base, delta } => {
+            Body::Leaf {
+                base: base_ref,
+                delta,
+            } => {
+                let base = self.pager.base(base_ref)?;
                 let mut entries: Vec<(&[u8], ValueRef<'_>)> = Vec::with_capacity(base.len());
                 let mut merged = Vec::new();
                 let live: &mut dyn Iterator<Item = (&[u8], Entry<'_>)> = match delta {
@@ -151,6 +167,16 @@ impl TreeWriter<'_> {
                 if delta.is_some() {
                     self.consolidate(node, &entries, r);
                 }
+                if let LeafBase::Page(old) = base_ref {
+                    self.out
+                        .rebased
+                        .insert(old.page.addr.as_u64(), (r, delta.clone()));
+                }
+                if let Some(old) = relocating {
+                    self.out
+                        .rebased
+                        .insert(old.page.addr.as_u64(), (r, delta.clone()));
+                }
                 r
             }
             Body::Internal { base, .. } => {
@@ -186,7 +212,7 @@ impl TreeWriter<'_> {
                 }
             }
         };
-        if relocating {
+        if relocating.is_some() {
             self.stats.relocated += 1;
             self.stats.relocated_bytes += u64::from(r.page.len);
         }
@@ -220,6 +246,15 @@ impl TreeWriter<'_> {
                 ValueRef::Big(_) => k.len(),
             })
             .sum();
+        // Twins are kept only within the memory budget: at 10M pairs and a
+        // 64 MiB cache, twins for every changed leaf were a second copy of
+        // the whole tree. A leaf without one goes to the page cache.
+        let cost =
+            (std::mem::size_of::<Node>() + LeafData::mem_estimate(entries.len(), bytes)) as u64;
+        if self.twin_bytes + cost > self.pager.resident_room() {
+            return;
+        }
+        self.twin_bytes += cost;
         let mut leaf = LeafData::with_capacity(entries.len(), bytes);
         for &(k, v) in entries {
             leaf.push(k, Entry::Value(v));
@@ -274,31 +309,88 @@ impl TreeWriter<'_> {
 /// the memory budget allows, it stays *resident*: in memory, in the tree,
 /// reached by pointer without a cache lookup (counted by the pager). Past the
 /// budget the pointer becomes a page reference and the node goes to the page
-/// cache, which evicts by weight. Returns a root equal in content to `root`
-/// with those pointers replaced (copying only the internal nodes on their
-/// paths), or `None` when nothing changed.
+/// cache, which evicts by weight. Changed leaves whose base is a page the
+/// checkpoint rewrote or the cleaner moved are moved onto the new page (see
+/// `TreeWrite::rebased`), so that nothing in the current version reads a
+/// page whose segment may now be deleted. Returns a root equal in content
+/// to `root` with those pointers replaced (copying only the internal nodes
+/// on their paths), or `None` when nothing changed.
 pub fn release_written(pager: &Pager, root: &Arc<Node>, moved: &TreeWrite) -> Option<Arc<Node>> {
     if !moved.blobs.is_empty() {
         repoint_blobs(pager, root, &moved.blobs);
     }
-    if pager.durable_page(root).is_some() {
-        root.mark_clean();
-    }
-    let released = release_children(pager, root, moved);
+    let released = if root.is_leaf() {
+        release_leaf_root(pager, root, moved)
+    } else {
+        if pager.durable_page(root).is_some() {
+            root.mark_clean();
+        }
+        release_children(pager, root, moved)
+    };
     pager.rebalance();
     released
+}
+
+/// [`release_written`] for a root that is a leaf: the root is held by
+/// pointer, never by page, so a leaf root whose base is a page is replaced
+/// by its twin, or by its page read back, once durable.
+fn release_leaf_root(pager: &Pager, root: &Arc<Node>, moved: &TreeWrite) -> Option<Arc<Node>> {
+    let Some(page) = pager.durable_page(root) else {
+        return rebase(pager, root, moved);
+    };
+    root.mark_clean();
+    let (base, _) = root.leaf_parts().expect("a leaf");
+    if let Some(twin) = root.consolidated() {
+        return Some(twin.clone());
+    }
+    if matches!(base, LeafBase::Mem(_)) {
+        return None;
+    }
+    // Read from the page just made durable; should that fail, the root
+    // keeps the base it has (still readable: its segment is retired, and
+    // deleted only after this version's epoch is gone).
+    pager.load(page, 0).ok()
+}
+
+/// A copy of changed leaf `node` over the page that now holds its base's
+/// content, if its base is a page the checkpoint rewrote or moved. The
+/// entries of its delta that the new page already holds (the written
+/// leaf's delta had them too) are left out, so deltas do not grow from one
+/// checkpoint to the next.
+fn rebase(pager: &Pager, node: &Node, moved: &TreeWrite) -> Option<Arc<Node>> {
+    let (LeafBase::Page(old), Some(delta)) = node.leaf_parts()? else {
+        return None;
+    };
+    let addr = old.page.addr.as_u64();
+    let (new, written_delta) = match moved.rebased.get(&addr) {
+        Some((new, d)) => (*new, d.as_ref()),
+        None => (*moved.pages.get(&addr)?, None),
+    };
+    let delta = match written_delta {
+        Some(w) => delta.without_entries_of(w),
+        None => Some(delta.clone()),
+    };
+    let node = match delta {
+        Some(d) => Node::leaf_with_delta(LeafBase::Page(new), Some(d), node.size()),
+        // Nothing newer than the page: the leaf is the page itself.
+        None => return pager.load(new, 0).ok(),
+    };
+    node.mark_dirty(pager.dirty_counter());
+    Some(Arc::new(node))
 }
 
 /// Points the out-of-line values of leaf `node` that the cleaner copied at
 /// their copies. Values are shared between versions and their marks are
 /// the one mutable part, so this serves every version holding them; the
-/// copies are durable, the old records soon deleted.
+/// copies are durable, the old records soon deleted. (A base that is only
+/// a page holds its values through that page; the leaf is rebased.)
 fn repoint_blobs(pager: &Pager, node: &Node, blobs: &HashMap<u64, PageRef>) {
     let Body::Leaf { base, delta } = node.body() else {
         return;
     };
     let durable = pager.durable_generation();
-    for (_, e) in base.iter().chain(delta.iter().flat_map(|d| d.iter())) {
+    let base = base.mem().into_iter().flat_map(|b| b.iter());
+    for (_, e) in base.chain(delta.iter().flat_map(|d| d.iter())) {
         if let Entry::Value(ValueRef::Big(b)) = e {
             let at = b.written.get(|g| g <= durable);
             if let Some(new) = at.and_then(|r| blobs.get(&r.addr.as_u64())) {
@@ -334,25 +426,34 @@ fn release_children(pager: &Pager, root: &Arc<Node>, moved: &TreeWrite) -> Optio
             // Written: stays in memory while the budget allows, reached
             // without a cache lookup; otherwise it goes to the cache. A leaf
             // with a delta gives way to its consolidated twin, if it has one
-            // (same content, same page; see `TreeWriter::consolidate`).
+            // (same content, same page; see `TreeWriter::consolidate`). A
+            // leaf whose base is only a page never stays: that page may be
+            // deleted now.
             Some(page) => {
                 child.mark_clean();
                 let released = match child.consolidated() {
                     Some(twin) => Some(twin.clone()),
                     None => release_children(pager, child, moved),
                 };
-                if pager.try_make_resident(released.as_ref().unwrap_or(child)) {
+                let node = released.as_ref().unwrap_or(child);
+                let holds_base = node
+                    .leaf_parts()
+                    .is_none_or(|(b, _)| matches!(b, LeafBase::Mem(_)));
+                if holds_base && pager.try_make_resident(node) {
                     match released {
                         Some(c) => ChildRef::Mem(c),
                         None => continue,
                     }
                 } else {
-                    let node = released.unwrap_or_else(|| child.clone());
-                    pager.insert_clean(page, cacheable(pager, node, page));
+                    if holds_base {
+                        pager.insert_clean(page, cacheable(pager, node.clone(), page));
+                    }
                     ChildRef::Disk(page)
                 }
             }
-            None => match release_children(pager, child, moved) {
+            None => match release_children(pager, child, moved)
+                .or_else(|| rebase(pager, child, moved))
+            {
                 Some(c) => ChildRef::Mem(c),
                 None => continue,
             },
@@ -377,7 +478,11 @@ fn release_children(pager: &Pager, root: &Arc<Node>, moved: &TreeWrite) -> Optio
 /// instead (values can be large); anything else is kept as it is, since a
 /// node with an overlay reads the same as its page.
 pub(crate) fn cacheable(pager: &Pager, node: Arc<Node>, page: DiskRef) -> Arc<Node> {
-    let Body::Leaf { base, delta } = node.body() else {
+    let Body::Leaf {
+        base: LeafBase::Mem(base),
+        delta,
+    } = node.body()
+    else {
         return node;
     };
     let holds_values = |d: &LeafData| {

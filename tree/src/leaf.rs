@@ -255,6 +255,47 @@ impl LeafData {
         }
     }
 
+    /// These entries without those `other` holds alike (same key, and the
+    /// same inline bytes, the same out-of-line value, or both tombstones);
+    /// `None` if nothing is left.
+    pub fn without_entries_of(&self, other: &LeafData) -> Option<LeafData> {
+        let same = |a: Entry<'_>, b: Entry<'_>| match (a, b) {
+            (Entry::Tombstone, Entry::Tombstone) => true,
+            (Entry::Value(ValueRef::Inline(x)), Entry::Value(ValueRef::Inline(y))) => x == y,
+            (Entry::Value(ValueRef::Big(x)), Entry::Value(ValueRef::Big(y))) => Arc::ptr_eq(x, y),
+            _ => false,
+        };
+        let keep: Vec<usize> = (0..self.len())
+            .filter(|&i| match other.find(self.key(i)) {
+                Ok(j) => !same(self.entry(i), other.entry(j)),
+                Err(_) => true,
+            })
+            .collect();
+        if keep.len() == self.len() {
+            return Some(self.clone());
+        }
+        let bytes = keep
+            .iter()
+            .map(|&i| {
+                self.key(i).len()
+                    + match self.entry(i) {
+                        Entry::Value(ValueRef::Inline(v)) => v.len(),
+                        _ => 0,
+                    }
+            })
+            .sum();
+        let mut out = LeafData::with_capacity(keep.len(), bytes);
+        for i in keep {
+            out.push(self.key(i), self.entry(i));
+        }
+        (!out.is_empty()).then_some(out)
+    }
+
+    /// About the memory `with_capacity(entries, bytes)` takes.
+    pub fn mem_estimate(entries: usize, bytes: usize) -> usize {
+        std::mem::size_of::<Self>() + (Layout::of(entries).data + bytes.div_ceil(8)) * 8
+    }
+
     pub fn len(&self) -> usize {
         self.n as usize
     }

@@ -14,7 +14,9 @@
 //! entry wins, and a tombstone hides the key.
 
 use crate::leaf::{Entry, LeafData};
-use crate::node::{Body, Node};
+use crate::node::Node;
+use crate::pager::Pager;
+use kivi_log::Error;
 use std::cmp::Ordering;
 
 /// Where an entry lives: which run and its index there.
@@ -36,16 +38,14 @@ pub(crate) struct LeafView {
 
 impl LeafView {
     /// A view of leaf `node`, its gap before the first entry.
-    pub(crate) fn of(node: &Node) -> Self {
-        let Body::Leaf { base, delta } = node.body() else {
-            panic!("LeafView::of an internal node");
-        };
-        LeafView {
-            base: base.clone(),
-            delta: delta.clone().unwrap_or_default(),
+    pub(crate) fn of(pager: &Pager, node: &Node) -> Result<Self, Error> {
+        let (base, delta) = node.leaf_parts().expect("LeafView::of a leaf");
+        Ok(LeafView {
+            base: pager.base(base)?.clone(),
+            delta: delta.cloned().unwrap_or_default(),
             bi: 0,
             di: 0,
-        }
+        })
     }
 
     /// Asks the CPU to start fetching the whole leaf, base and delta.

@@ -161,10 +161,44 @@ pub fn internal_size(sep_bytes: usize, children: usize) -> usize {
     4 + children * (PageRef::ENCODED_LEN + 7) + sep_bytes
 }
 
+/// Where a leaf's base lives.
+///
+/// A leaf that a change gives a delta keeps its base in memory only while
+/// the memory budget counts it (see `Pager::try_make_resident`); otherwise
+/// it names the base by its durable page, which the page cache may evict
+/// and read again. Without this, random updates between two checkpoints
+/// held nearly every base of the tree in memory whatever `cache_bytes`
+/// said: a changed leaf costs its delta, not its page.
+#[derive(Debug, Clone)]
+pub enum LeafBase {
+    Mem(LeafData),
+    /// Only on disk. Always with a delta; the delta never drops an entry
+    /// (deletes of keys the delta added become tombstones), so the delta
+    /// laid over any page holding this page's content plus an older state
+    /// of the delta reads the same (see `checkpoint::release_written`).
+    Page(DiskRef),
+}
+
+impl LeafBase {
+    pub fn mem(&self) -> Option<&LeafData> {
+        match self {
+            LeafBase::Mem(d) => Some(d),
+            LeafBase::Page(_) => None,
+        }
+    }
+
+    pub fn page(&self) -> Option<DiskRef> {
+        match self {
+            LeafBase::Mem(_) => None,
+            LeafBase::Page(p) => Some(*p),
+        }
+    }
+}
+
 #[derive(Debug)]
 pub enum Body {
     Leaf {
-        base: LeafData,
+        base: LeafBase,
         delta: Option<LeafData>,
     },
     Internal {
@@ -252,8 +286,10 @@ pub struct Node {
     size: usize,
     /// Set when the node, durably written, stays in memory in the tree rather
     /// than in the page cache: the pager's count of such bytes, which this
-    /// node's bytes are part of until it is dropped.
+    /// node's bytes are part of until it is dropped or handed to the cache
+    /// (`resident_done`).
     resident: OnceLock<Arc<AtomicU64>>,
+    resident_done: AtomicBool,
     /// For a leaf with a delta: the same content as one plain leaf, built by
     /// the checkpoint that wrote it, to take this node's place in the tree
     /// once that checkpoint is durable (see `checkpoint::release_written`).
@@ -267,9 +303,7 @@ pub struct Node {
 
 impl Drop for Node {
     fn drop(&mut self) {
-        if let Some(count) = self.resident.get() {
-            count.fetch_sub(self.mem as u64, AtomicOrdering::Relaxed);
-        }
+        self.give_up_residency();
         self.mark_clean();
     }
 }
@@ -278,13 +312,17 @@ impl Node {
     /// A leaf without a delta.
     pub fn leaf(base: LeafData) -> Self {
         let size = base.size();
-        Self::leaf_with_delta(base, None, size)
+        Self::leaf_with_delta(LeafBase::Mem(base), None, size)
     }
 
     /// A leaf whose live content (base with `delta` applied) has `size`.
-    pub fn leaf_with_delta(base: LeafData, delta: Option<LeafData>, size: usize) -> Self {
+    pub fn leaf_with_delta(base: LeafBase, delta: Option<LeafData>, size: usize) -> Self {
+        assert!(
+            delta.is_some() || matches!(base, LeafBase::Mem(_)),
+            "a leaf without a delta holds its entries"
+        );
         let mem = std::mem::size_of::<Node>()
-            + base.mem_bytes()
+            + base.mem().map_or(0, |b| b.mem_bytes())
             + delta.as_ref().map_or(0, |d| d.mem_bytes());
         Node {
             level: 0,
@@ -293,6 +331,7 @@ impl Node {
             mem,
             size,
             resident: OnceLock::new(),
+            resident_done: AtomicBool::new(false),
             consolidated: OnceLock::new(),
             dirty: OnceLock::new(),
             dirty_done: AtomicBool::new(false),
@@ -319,7 +358,7 @@ impl Node {
     /// Counts the node as resident in `count` (once); true if it now is.
     pub fn make_resident(&self, count: &Arc<AtomicU64>) -> bool {
         if self.resident.get().is_some() {
-            return true;
+            return !self.resident_done.load(AtomicOrdering::Relaxed);
         }
         count.fetch_add(self.mem as u64, AtomicOrdering::Relaxed);
         if self.resident.set(count.clone()).is_err() {
@@ -329,7 +368,26 @@ impl Node {
     }
 
     pub fn is_resident(&self) -> bool {
-        self.resident.get().is_some()
+        self.resident.get().is_some() && !self.resident_done.load(AtomicOrdering::Relaxed)
+    }
+
+    /// Stops counting the node as resident (it was dropped, or handed to
+    /// the page cache, which counts it by weight). Once only.
+    pub(crate) fn give_up_residency(&self) {
+        if let Some(count) = self.resident.get() {
+            if !self.resident_done.swap(true, AtomicOrdering::Relaxed) {
+                count.fetch_sub(self.mem as u64, AtomicOrdering::Relaxed);
+            }
+        }
+    }
+
+    /// A leaf's base and delta; `None` for an internal node.
+    #[inline]
+    pub fn leaf_parts(&self) -> Option<(&LeafBase, Option<&LeafData>)> {
+        match &self.body {
+            Body::Leaf { base, delta } => Some((base, delta.as_ref())),
+            Body::Internal { .. } => None,
+        }
     }
 
     /// Counts the node, just made by a change, as dirty in `count`.
@@ -381,6 +439,7 @@ impl Node {
             mem,
             size,
             resident: OnceLock::new(),
+            resident_done: AtomicBool::new(false),
             consolidated: OnceLock::new(),
             dirty: OnceLock::new(),
             dirty_done: AtomicBool::new(false),
@@ -416,7 +475,9 @@ impl Node {
     /// internal node).
     pub fn prefetch_leaf(&self) {
         if let Body::Leaf { base, delta } = &self.body {
-            base.prefetch();
+            if let LeafBase::Mem(base) = base {
+                base.prefetch();
+            }
             if let Some(d) = delta {
                 d.prefetch();
             }

@@ -307,7 +307,7 @@ mod tests {
             out.len()
         );
         let node = decode_page(&out, at(1000), 0).unwrap();
-        let crate::node::Body::Leaf { base, .. } = node.body() else {
+        let Some((crate::node::LeafBase::Mem(base), None)) = node.leaf_parts() else {
             panic!()
         };
         assert_eq!(base.len(), 50);
@@ -377,7 +377,7 @@ mod tests {
         #[test]
         fn decoded_leaves_are_sorted(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
             if let Ok(node) = decode_page(&bytes, at(1_000_000), 0) {
-                let crate::node::Body::Leaf { base, .. } = node.body() else { panic!() };
+                let Some((crate::node::LeafBase::Mem(base), None)) = node.leaf_parts() else { panic!() };
                 for i in 1..base.len() {
                     prop_assert!(base.key(i - 1) < base.key(i));
                 }

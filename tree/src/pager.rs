@@ -2,8 +2,8 @@
 //! limit in bytes, reading and validating pages on a miss with one positioned
 //! read each.
 
-use crate::leaf::BigValue;
-use crate::node::{ChildRef, DiskRef, Node};
+use crate::leaf::{BigValue, LeafData};
+use crate::node::{ChildRef, DiskRef, LeafBase, Node};
 use crate::page::decode_page;
 use kivi_log::{decode_record_at, Corruption, Error, PageRef, RecordType};
 use kivi_storage::{SegmentReader, Storage};
@@ -133,6 +133,41 @@ impl Pager {
             return false;
         }
         node.make_resident(&self.resident)
+    }
+
+    /// Bytes more that resident nodes may take.
+    pub fn resident_room(&self) -> u64 {
+        (self.budget / 4 * 3).saturating_sub(self.resident.load(Ordering::Relaxed))
+    }
+
+    /// Hands a durably written node, reached so far by pointer, to the page
+    /// cache: it stops counting as resident and is found by its page from
+    /// now on (a change is about to replace it in the tree, and the changed
+    /// leaf names this node's page as its base).
+    pub fn adopt(&self, at: DiskRef, node: Arc<Node>) {
+        debug_assert!(self.durable_page(&node) == Some(at));
+        node.give_up_residency();
+        self.insert_clean(at, node);
+    }
+
+    /// A leaf's base: borrowed when it is in memory, read through the page
+    /// cache when the leaf names it by page.
+    #[inline]
+    pub fn base<'a>(&self, base: &'a LeafBase) -> Result<BaseHold<'a>, Error> {
+        match base {
+            LeafBase::Mem(d) => Ok(BaseHold::Borrowed(d)),
+            LeafBase::Page(at) => {
+                let node = self.load(*at, 0)?;
+                if let Some((LeafBase::Mem(_), None)) = node.leaf_parts() {
+                    return Ok(BaseHold::Loaded(node));
+                }
+                // The cache holds the page's content as a leaf with a delta
+                // (a written leaf without a twin): read the plain page.
+                let node = self.load_uncached(*at, 0)?;
+                self.insert_clean(*at, node.clone());
+                Ok(BaseHold::Loaded(node))
+            }
+        }
     }
 
     /// Gives the cache what resident nodes leave of the budget (at least a
@@ -279,8 +314,13 @@ impl Pager {
         }
     }
 
-    /// Puts a node that is durably at `page` into the cache.
+    /// Puts a node that is durably at `page` into the cache. Cached leaves
+    /// hold their entries: a leaf whose base is only a page may lose it
+    /// when the cleaner deletes that page's segment.
     pub fn insert_clean(&self, at: DiskRef, node: Arc<Node>) {
+        debug_assert!(node
+            .leaf_parts()
+            .is_none_or(|(b, _)| matches!(b, LeafBase::Mem(_))));
         self.cache.insert(at.page.addr.as_u64(), node);
     }
 
@@ -307,5 +347,28 @@ impl Pager {
     /// Empties the cache (for tests and benchmarks of cold reads).
     pub fn clear_cache(&self) {
         self.cache.clear();
+    }
+}
+
+/// A leaf's base entries, held while they are read: borrowed from the leaf,
+/// or the cached page node that holds them.
+pub enum BaseHold<'a> {
+    Borrowed(&'a LeafData),
+    Loaded(Arc<Node>),
+}
+
+impl std::ops::Deref for BaseHold<'_> {
+    type Target = LeafData;
+
+    #[inline]
+    fn deref(&self) -> &LeafData {
+        match self {
+            BaseHold::Borrowed(d) => d,
+            BaseHold::Loaded(node) => match node.leaf_parts() {
+                Some((LeafBase::Mem(d), _)) => d,
+                // `Pager::base` hands out only plain leaves.
+                _ => unreachable!("a loaded base is a plain leaf"),
+            },
+        }
     }
 }

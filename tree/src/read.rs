@@ -8,7 +8,7 @@
 
 use crate::leaf::{merge_into, prefetch_line, Entry, LeafData, ValueRef};
 use crate::leaf_view::{At, LeafView};
-use crate::node::{Body, ChildRef, Node};
+use crate::node::{Body, ChildRef, LeafBase, Node};
 use crate::pager::Pager;
 use kivi_log::{Corruption, Error};
 use std::sync::Arc;
@@ -39,13 +39,16 @@ fn get_in(pager: &Pager, node: &Node, key: &[u8], out: &mut Vec<u8>) -> Result<b
             }
         }
         Body::Leaf { base, delta } => {
-            base.prefetch_index();
+            if let LeafBase::Mem(b) = base {
+                b.prefetch_index();
+            }
             if let Some(d) = delta {
                 d.prefetch_index();
                 if let Ok(i) = d.find(key) {
                     return copy_entry(pager, d.entry(i), out);
                 }
             }
+            let base = pager.base(base)?;
             match base.find(key) {
                 Ok(i) => copy_entry(pager, base.entry(i), out),
                 Err(_) => Ok(false),
@@ -71,13 +74,12 @@ fn copy_entry(pager: &Pager, e: Entry<'_>, out: &mut Vec<u8>) -> Result<bool, Er
 
 /// The entries of a leaf node with its delta applied (tombstones removed).
 /// Shares the base when there is no delta.
-pub fn leaf_entries(node: &Node) -> LeafData {
-    match node.body() {
-        Body::Leaf { base, delta: None } => base.clone(),
-        Body::Leaf {
-            base,
-            delta: Some(d),
-        } => {
+pub fn leaf_entries(pager: &Pager, node: &Node) -> Result<LeafData, Error> {
+    let (base, delta) = node.leaf_parts().expect("leaf_entries on a leaf");
+    let base = pager.base(base)?;
+    Ok(match delta {
+        None => base.clone(),
+        Some(d) => {
             let mut merged = Vec::with_capacity(base.len() + d.len());
             merge_into(&mut merged, base.iter(), d.iter(), true);
             let mut out = LeafData::with_capacity(merged.len(), base.size() + d.size());
@@ -86,8 +88,7 @@ pub fn leaf_entries(node: &Node) -> LeafData {
             }
             out
         }
-        Body::Internal { .. } => panic!("leaf_entries on an internal node"),
-    }
+    })
 }
 
 /// A position in the tree, moving forward or backward over its entries.
@@ -159,7 +160,7 @@ impl Cursor {
             self.stack.push((node, i));
             node = child;
         }
-        self.view = LeafView::of(&node);
+        self.view = LeafView::of(pager, &node)?;
         if !std::mem::take(&mut self.next_prefetched) {
             self.view.prefetch();
         }
