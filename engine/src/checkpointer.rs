@@ -79,11 +79,6 @@ impl Checkpointer {
         }
     }
 
-    /// The page segment being appended to and the bytes written to it.
-    pub fn current_segment(&self) -> Option<(SegmentId, u64)> {
-        self.pages.current()
-    }
-
     /// Bytes of the page segments the durable tree may still use.
     fn page_bytes(&self) -> u64 {
         self.pages

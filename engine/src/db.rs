@@ -68,6 +68,8 @@ pub(crate) struct Inner {
     /// `None` when read-only.
     pub writer: Mutex<Option<Writer>>,
     pub checkpointer: Mutex<Option<Checkpointer>>,
+    /// The page segment being written and its length (see `PageLog`).
+    pub page_appending: Arc<Mutex<Option<(u64, u64)>>>,
     pub background: Background,
     pub counters: Counters,
     pub closed: AtomicBool,
@@ -182,6 +184,7 @@ impl Db {
         };
         let rec = recover(&storage, &pager, &tree_cfg, store_id)?;
         let ids = Arc::new(SegmentIds::after(rec.max_segment_id));
+        let mut page_appending = Arc::default();
         let (writer, checkpointer) = if opts.read_only {
             (None, None)
         } else {
@@ -204,6 +207,7 @@ impl Db {
                 rec.page_end,
                 rec.page_segments.clone(),
             );
+            page_appending = pages.appending();
             (
                 Some(Writer {
                     log,
@@ -237,6 +241,7 @@ impl Db {
             pipeline: Pipeline::default(),
             writer: Mutex::new(writer),
             checkpointer: Mutex::new(checkpointer),
+            page_appending,
             background: Background::default(),
             counters,
             closed: AtomicBool::new(false),

@@ -6,6 +6,7 @@
 use kivi_log::{Addr, Error, PageRef, RecordType, SegmentAppender, SegmentIds, SegmentKind};
 use kivi_storage::{SegmentId, Storage};
 use kivi_tree::PageSink;
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -25,6 +26,10 @@ pub(crate) struct PageLog {
     /// Every page segment on disk and its length, the current one included:
     /// what the cleaner chooses from.
     segments: BTreeMap<SegmentId, u64>,
+    /// The segment being appended to and its length, for `stats` to read
+    /// while a checkpoint holds the page log (the file itself is grown
+    /// ahead of its data; see `SegmentWriter`).
+    appending: Arc<Mutex<Option<(SegmentId, u64)>>>,
 }
 
 impl PageLog {
@@ -45,7 +50,17 @@ impl PageLog {
             prev,
             durable_end: 0,
             segments,
+            appending: Arc::default(),
         }
+    }
+
+    /// Where `appending` is published.
+    pub fn appending(&self) -> Arc<Mutex<Option<(SegmentId, u64)>>> {
+        self.appending.clone()
+    }
+
+    fn publish(&self) {
+        *self.appending.lock() = self.current();
     }
 
     /// Page segments on disk, oldest first, with their lengths.
@@ -106,6 +121,7 @@ impl PageLog {
         self.durable_end = app.len();
         self.segments.insert(id, app.len());
         self.current = Some(app);
+        self.publish();
         Ok(())
     }
 
@@ -139,6 +155,7 @@ impl PageLog {
         if let Some(cur) = self.current.take() {
             self.prev = Some((cur.id(), self.durable_end));
         }
+        self.publish();
     }
 }
 
@@ -160,6 +177,7 @@ impl PageSink for PageLog {
         self.segments.insert(cur.id(), cur.len());
         if cur.buffered() >= WRITE_BUFFER {
             cur.flush()?;
+            self.publish();
         }
         Ok(r)
     }
