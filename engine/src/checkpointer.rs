@@ -275,6 +275,7 @@ fn run(inner: &Inner) -> Result<()> {
             .saturating_sub(inner.counters.last_commit_ms.load(Ordering::Relaxed))
             >= IDLE_MS;
         let due = redo >= inner.opts.checkpoint_bytes
+            || inner.write_buffer_full()
             || (idle && redo >= inner.opts.checkpoint_bytes / 16)
             || (idle && inner.cleaning_wanted())
             || (redo >= EARLY_CHECKPOINT_MIN_BYTES && inner.log_over_target(inner.space_now().log));
@@ -330,6 +331,12 @@ impl Inner {
             self.opts.space_amplification_max,
             new_pages,
         )
+    }
+
+    /// Whether the changes not yet written by a checkpoint hold as much
+    /// memory as `write_buffer_bytes` allows.
+    pub(crate) fn write_buffer_full(&self) -> bool {
+        self.pager.dirty_bytes() >= self.opts.write_buffer_bytes
     }
 
     /// Whether the commit log, `log_bytes` long, takes so much of the room

@@ -617,6 +617,7 @@ impl Inner {
         let redo =
             log_bytes.saturating_sub(self.counters.checkpointed_log_bytes.load(Ordering::Relaxed));
         if redo >= self.opts.checkpoint_bytes
+            || self.write_buffer_full()
             || (redo >= EARLY_CHECKPOINT_MIN_BYTES && self.log_over_target(log_file_bytes))
         {
             self.background.wake();

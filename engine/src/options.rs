@@ -17,10 +17,15 @@ pub enum Durability {
 pub struct Options {
     pub durability: Durability,
     /// Page cache limit in bytes (default 256 MiB): the cache and the written
-    /// nodes kept in the tree share it. Nodes changed since the last
-    /// checkpoint come on top (`Stats::dirty_bytes`), bounded today only by
-    /// the checkpoint triggers (see ARCHITECTURE.md, Limits).
+    /// nodes kept in the tree share it. Changes not yet checkpointed come on
+    /// top, bounded by `write_buffer_bytes` (see ARCHITECTURE.md, Limits).
     pub cache_bytes: u64,
+    /// Memory for changes not yet written by a checkpoint (default 64 MiB):
+    /// a checkpoint starts when they reach it (`Stats::dirty_bytes`). While
+    /// one is being written the next changes gather beside it, so about
+    /// twice this is held at the peak. Smaller means less memory and more
+    /// checkpoints, each rewriting the pages changed since the last.
+    pub write_buffer_bytes: u64,
     /// Pages split when their encoded size would pass this (default 4 KiB).
     pub page_size: usize,
     /// Segment files are closed and a new one started at about this size (default 64 MiB).
@@ -43,6 +48,7 @@ impl Default for Options {
         Options {
             durability: Durability::Fsync,
             cache_bytes: 256 << 20,
+            write_buffer_bytes: 64 << 20,
             page_size: 4096,
             segment_bytes: 64 << 20,
             checkpoint_bytes: 64 << 20,
@@ -64,6 +70,9 @@ impl Options {
         }
         if self.cache_bytes < 64 << 10 {
             return bad("cache_bytes must be at least 64 KiB");
+        }
+        if self.write_buffer_bytes < 64 << 10 {
+            return bad("write_buffer_bytes must be at least 64 KiB");
         }
         if self.checkpoint_bytes < 1 << 16 {
             return bad("checkpoint_bytes must be at least 64 KiB");

@@ -207,6 +207,10 @@ fn invalid_options_are_refused() {
             checkpoint_bytes: 0,
             ..Default::default()
         },
+        Options {
+            write_buffer_bytes: 1000,
+            ..Default::default()
+        },
     ];
     for o in bad {
         match Db::open(tmp.path().join("s"), o.clone()) {

@@ -288,3 +288,40 @@ fn an_idle_store_over_its_target_is_cleaned_once_not_forever() {
     assert_eq!(dump(&db), model);
     assert_healthy(&db, model.len());
 }
+
+#[test]
+fn changes_past_the_write_buffer_start_a_checkpoint() {
+    // Checkpoints by commit-log size off: only the memory the changes hold
+    // can start one (idle checkpoints need a second without commits). Random updates over a tree of pages (a small cache, so
+    // changed leaves name their bases by page) fill a 256 KiB buffer many
+    // times over.
+    let tmp = tempfile::tempdir().unwrap();
+    let opts = Options {
+        cache_bytes: 256 << 10,
+        checkpoint_bytes: 1 << 40,
+        write_buffer_bytes: 256 << 10,
+        // Nor the commit log crowding the space target.
+        space_amplification_max: 1000.0,
+        ..Options::default()
+    };
+    let keys = 20_000;
+    let mut model = Model::new();
+    let db = Db::open(tmp.path(), opts.clone()).unwrap();
+    update(&db, &mut model, keys, 1, 1);
+    db.checkpoint().unwrap();
+    let before = db.stats().unwrap().checkpoints;
+    for round in 0..20 {
+        update(&db, &mut model, keys / 10, 1, 100 + round);
+    }
+    // The background thread takes it; give it a moment.
+    let mut s = db.stats().unwrap();
+    for _ in 0..500 {
+        if s.checkpoints > before {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        s = db.stats().unwrap();
+    }
+    assert!(s.checkpoints > before, "no checkpoint started: {s:?}");
+    verify_then_reopen(db, tmp.path(), opts, &model);
+}
