@@ -463,6 +463,7 @@ impl Inner {
             let root = written.root;
             let rec = CheckpointRecord {
                 seq: v.seq,
+                replay_from: v.seq,
                 // Set by the leader when it appends the record.
                 log_seq: v.seq,
                 root: root.map(|d| d.page),

@@ -603,7 +603,7 @@ impl Inner {
         for (r, t) in replies.iter_mut().zip(group) {
             if let Request::Checkpoint { record, .. } = &t.request {
                 *r = Some(Ok(Reply::Checkpoint {
-                    obsolete: w.log.release_through(record.seq),
+                    obsolete: w.log.release_through(record.replay_from),
                     old_epoch: old_epoch.clone().expect("a checkpoint in the group"),
                 }));
             }

@@ -232,12 +232,17 @@ pub(crate) fn recover(
     if let Some((_, c)) = open_damage {
         return Err(c.into());
     }
-    let covered = checkpoint.map_or(0, |c| c.seq);
+    // Commits after `replay_from` are replayed, so none of them may be lost.
+    let covered = checkpoint.map_or(0, |c| c.replay_from);
     if let Some((_, _, c)) = hidden.into_iter().find(|&(_, to, _)| to > covered) {
         return Err(c.into());
     }
 
-    let base_seq = checkpoint.map_or(0, |c| c.seq);
+    let base_seq = checkpoint.map_or(0, |c| c.replay_from);
+    // The checkpoint counted the pairs of its version, `seq`: commits up
+    // to it are replayed for their data (the tree may hold some of them
+    // already), and the count restarts from the record's at that point.
+    let counted_at = checkpoint.map_or(0, |c| c.seq);
     let begins_at_start = chain
         .first()
         .is_none_or(|s| s.header.expect("header").prev_segment == 0);
@@ -288,6 +293,7 @@ pub(crate) fn recover(
     let mut redo_bytes = 0;
     let mut pending: BTreeMap<Vec<u8>, Option<Vec<u8>>> = BTreeMap::new();
     let mut pending_bytes = 0usize;
+    let mut recounted = false;
     let flush = |pending: &mut BTreeMap<Vec<u8>, Option<Vec<u8>>>,
                  root: &mut Option<Arc<kivi_tree::Node>>,
                  pairs: &mut i64|
@@ -331,6 +337,16 @@ pub(crate) fn recover(
             if seq <= base_seq {
                 continue;
             }
+            if seq > counted_at && !recounted {
+                // Everything up to the checkpoint's version is in `pending`
+                // or the tree: its own count replaces what replay counted.
+                if !pending.is_empty() {
+                    flush(&mut pending, &mut root, &mut pairs)?;
+                    pending_bytes = 0;
+                }
+                pairs = checkpoint.map_or(0, |c| c.pairs) as i64;
+                recounted = true;
+            }
             replayed += 1;
             redo_bytes += rec.len;
             for op in ops {
@@ -353,6 +369,9 @@ pub(crate) fn recover(
     }
     if !pending.is_empty() {
         flush(&mut pending, &mut root, &mut pairs)?;
+    }
+    if !recounted {
+        pairs = checkpoint.map_or(0, |c| c.pairs) as i64;
     }
 
     // Page segments: those past the newest checkpoint's end hold pages no

@@ -126,8 +126,14 @@ impl CommitRecord {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct CheckpointRecord {
-    /// Every commit with a sequence number up to this one is in the tree.
+    /// The version the checkpoint took: `pairs` counts its pairs.
     pub seq: u64,
+    /// Every commit up to this one is in the tree (at most `seq`). A
+    /// checkpoint that writes only part of the tree's changes (a slice)
+    /// keeps older pages for the rest, holding the commits up to an older
+    /// point: recovery replays every commit after `replay_from` (replaying
+    /// puts and deletes the tree already has changes nothing).
+    pub replay_from: u64,
     /// The last commit appended to the log before this record (at least
     /// `seq`; set when the record is appended). Bounds what damage just
     /// before the record could have hidden.
@@ -153,6 +159,7 @@ impl CheckpointRecord {
     pub fn encode(&self, out: &mut Vec<u8>, synced_through: u64) {
         out.extend_from_slice(&synced_through.to_le_bytes());
         out.extend_from_slice(&self.seq.to_le_bytes());
+        out.extend_from_slice(&self.replay_from.to_le_bytes());
         out.extend_from_slice(&self.log_seq.to_le_bytes());
         match self.root {
             None => out.push(0),
@@ -173,6 +180,10 @@ impl CheckpointRecord {
         let mut r = Reader::new(body);
         let _synced_through = r.u64()?;
         let seq = r.u64()?;
+        let replay_from = r.u64()?;
+        if replay_from > seq {
+            return Err(r.err("checkpoint replays from past its version"));
+        }
         let log_seq = r.u64()?;
         if log_seq < seq {
             return Err(r.err("checkpoint covers commits past the log's last"));
@@ -210,6 +221,7 @@ impl CheckpointRecord {
         }
         Ok(CheckpointRecord {
             seq,
+            replay_from,
             log_seq,
             root,
             root_level,
@@ -256,6 +268,7 @@ mod tests {
     fn checkpoint_round_trips() {
         let c = CheckpointRecord {
             seq: 7,
+            replay_from: 5,
             log_seq: 9,
             root: Some(PageRef {
                 addr: Addr {

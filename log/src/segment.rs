@@ -12,7 +12,7 @@ use crate::record::{encode_record, RecordType, RECORD_HEADER_LEN};
 const MAGIC: &[u8; 8] = b"KIVISEG\0";
 
 /// Version of the on-disk format this build reads and writes.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 
 const BODY_LEN: usize = 8 + 4 + 16 + 8 + 1 + 8 + 8;
 
