@@ -98,6 +98,7 @@ fn human(dir: &str, s: &kivi::Stats) -> String {
         ("batches", s.batches.to_string()),
         ("failed commits", s.failed_commits.to_string()),
         ("checkpoints", s.checkpoints.to_string()),
+        ("sliced checkpoints", s.sliced_checkpoints.to_string()),
         ("failed checkpoints", s.failed_checkpoints.to_string()),
         (
             "cleaner",

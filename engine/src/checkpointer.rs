@@ -19,8 +19,9 @@ use crate::pipeline::{Reply, Request};
 use crate::version::Epoch;
 use kivi_log::CheckpointRecord;
 use kivi_storage::SegmentId;
-use kivi_tree::{write_tree, TreeWrite, WriteStats};
+use kivi_tree::{root_children, write_tree, DiskRef, TreeWrite, WriteStats};
 use parking_lot::{Condvar, Mutex};
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
@@ -62,10 +63,33 @@ pub(crate) struct Checkpointer {
     /// Bytes the last checkpoint wrote: about what the next one will add
     /// before the segments it frees can go.
     last_written: Option<u64>,
+    /// The newest durable root's children (when it is an internal node
+    /// written this session), each with the commit its content is as of:
+    /// what a sliced checkpoint may keep.
+    root_slices: Option<Vec<RootSlice>>,
+    /// The newest durable checkpoint's `replay_from`: the log holds every
+    /// commit after it.
+    replay_from: u64,
 }
 
+/// A child of the durable root (see `Checkpointer::root_slices`).
+#[derive(Debug, Clone)]
+struct RootSlice {
+    /// The separator its key range starts at (`None` for the first); the
+    /// next child's is where it ends.
+    low: Option<Vec<u8>>,
+    page: DiskRef,
+    /// Every commit up to this one is in its pages.
+    seq: u64,
+    /// The first page segment of the checkpoint that wrote it.
+    since: u32,
+}
+
+/// A sliced checkpoint writes about this share of the tree's changes.
+const SLICES: u64 = 4;
+
 impl Checkpointer {
-    pub fn new(pages: PageLog, durable_oldest: u32) -> Self {
+    pub fn new(pages: PageLog, durable_oldest: u32, replay_from: u64) -> Self {
         Checkpointer {
             pages,
             undeleted: Vec::new(),
@@ -76,7 +100,56 @@ impl Checkpointer {
             retiring: Vec::new(),
             old_epochs: Vec::new(),
             last_written: None,
+            root_slices: None,
+            replay_from,
         }
+    }
+
+    /// For a sliced checkpoint of the tree under `root` (`tree_bytes` on
+    /// disk): per root child, the previous page to keep instead of writing
+    /// the changed child (`None`: written), choosing to write the children
+    /// whose pages are oldest until about a `SLICES`th of the tree. Empty
+    /// (write everything) without a previous root to take pages from.
+    fn plan_slice(
+        &self,
+        pager: &kivi_tree::Pager,
+        root: &kivi_tree::Node,
+        tree_bytes: u64,
+    ) -> Vec<Option<DiskRef>> {
+        let Some(prev) = &self.root_slices else {
+            return Vec::new();
+        };
+        let now = root_children(pager, root);
+        // Where child `i` of a list of range starts ends (`None`: at the end).
+        let prev_high = |j: usize| prev.get(j + 1).map(|c| &c.low);
+        let now_high = |i: usize| now.get(i + 1).map(|c| &c.0);
+        let by_low: HashMap<&Option<Vec<u8>>, usize> =
+            prev.iter().enumerate().map(|(j, p)| (&p.low, j)).collect();
+        // Changed children whose key range the previous root had too.
+        let mut candidates: Vec<(u64, usize, DiskRef)> = Vec::new();
+        for (i, (low, page)) in now.iter().enumerate() {
+            if page.is_some() {
+                continue;
+            }
+            let Some(&j) = by_low.get(low) else {
+                continue;
+            };
+            if prev_high(j) != now_high(i) {
+                continue;
+            }
+            candidates.push((prev[j].seq, i, prev[j].page));
+        }
+        candidates.sort_unstable_by_key(|&(seq, i, _)| (seq, i));
+        let mut keep = vec![None; now.len()];
+        let mut written = 0u64;
+        for (_, i, page) in candidates {
+            if written < tree_bytes / SLICES {
+                written += page.subtree;
+            } else {
+                keep[i] = Some(page);
+            }
+        }
+        keep
     }
 
     /// Bytes of the page segments the durable tree may still use.
@@ -182,7 +255,8 @@ struct Plan {
 const CLOSE_MIN_BYTES: u64 = 1 << 20;
 
 /// The commit log is retired early (a checkpoint before `checkpoint_bytes`)
-/// once it takes half the room the space target leaves beside the tree, but
+/// once it takes a quarter of the room the space target leaves beside the
+/// tree (sliced checkpoints keep the commits since their oldest slice), but
 /// never for less than this.
 pub(crate) const EARLY_CHECKPOINT_MIN_BYTES: u64 = 256 << 10;
 
@@ -205,6 +279,13 @@ const CLEAN_STEP_BYTES: u64 = 64 << 20;
 pub(crate) enum CheckpointKind {
     /// Retire the commit log; clean as the space target needs.
     Regular,
+    /// As `Regular`, but write about a `SLICES`th of the tree's changed
+    /// root children (those whose pages are oldest), the previous pages
+    /// standing in for the others. Under random updates nearly every leaf
+    /// changes between two checkpoints; a checkpoint that rewrites them all
+    /// holds two trees on disk until it is durable (the files passed twice
+    /// the live bytes while one was in flight). A slice holds a quarter.
+    Slice,
     /// Copy every live page into a new segment and delete everything else.
     Compact,
 }
@@ -279,7 +360,14 @@ fn run(inner: &Inner) -> Result<()> {
             || (idle && redo >= inner.opts.checkpoint_bytes / 16)
             || (idle && inner.cleaning_wanted())
             || (redo >= EARLY_CHECKPOINT_MIN_BYTES && inner.log_over_target(inner.space_now().log));
-        if due && inner.run_checkpoint(CheckpointKind::Regular).is_err() {
+        // Checkpoints for the commit log's growth go a slice at a time;
+        // those for memory, idleness or cleaning write every change.
+        let kind = if idle || inner.write_buffer_full() {
+            CheckpointKind::Regular
+        } else {
+            CheckpointKind::Slice
+        };
+        if due && inner.run_checkpoint(kind).is_err() {
             let mut st = inner.background.state.lock();
             if !st.stop {
                 inner.background.cond.wait_for(&mut st, RETRY_PAUSE);
@@ -354,7 +442,7 @@ impl Inner {
         if tree == 0 {
             return false;
         }
-        let room = (tree as f64 * (self.opts.space_amplification_max - 1.0) / 2.0) as u64;
+        let room = (tree as f64 * (self.opts.space_amplification_max - 1.0) / 4.0) as u64;
         log_bytes > room.max(EARLY_CHECKPOINT_MIN_BYTES)
     }
 
@@ -431,7 +519,7 @@ impl Inner {
         let nothing_new = v.seq == covered
             && v.log_bytes == self.counters.checkpointed_log_bytes.load(Ordering::Relaxed);
         let floor = match kind {
-            CheckpointKind::Regular => {
+            CheckpointKind::Regular | CheckpointKind::Slice => {
                 let plan = self.plan_floor(c, space, !nothing_new);
                 if plan.close_current {
                     c.pages.finish_segment()?;
@@ -448,22 +536,107 @@ impl Inner {
                     .max(c.floor)
             }
         };
-        if kind == CheckpointKind::Regular && nothing_new && floor <= c.durable_oldest {
+        if kind != CheckpointKind::Compact && nothing_new && floor <= c.durable_oldest {
             return Ok(false);
         }
+        c.pages.set_tree_bytes(space.tree);
+        let keep = match (&v.root, kind) {
+            (Some(r), CheckpointKind::Slice) => c.plan_slice(&self.pager, r, space.tree),
+            _ => Vec::new(),
+        };
+        let sliced = keep.iter().any(Option::is_some);
+        if sliced {
+            // The slice's pages start a segment of their own, which the
+            // next writes of the same slice free whole.
+            c.pages.finish_segment()?;
+        }
+        let first_segment = c.pages.end().segment;
+        // A slice cleans by rotation: the pages it keeps die as later
+        // slices rewrite them, and what it writes takes along every page
+        // older than the oldest slice it keeps (an untouched leaf left in
+        // an old segment would keep that segment, and all after it,
+        // alive). The space plan's floor would instead copy the kept
+        // slices too, making every slice a whole tree again.
+        let floor = match sliced {
+            true => c
+                .root_slices
+                .iter()
+                .flatten()
+                .filter(|s| keep.contains(&Some(s.page)))
+                .map(|s| s.since)
+                .min()
+                .unwrap_or(floor),
+            false => floor,
+        };
         c.generation += 1;
         let generation = c.generation;
         let mut stats = WriteStats::default();
-        let attempt = (|| -> Result<(CheckpointRecord, Vec<u64>, Weak<Epoch>)> {
+        #[allow(clippy::type_complexity)]
+        let attempt = (|| -> Result<(
+            CheckpointRecord,
+            Vec<u64>,
+            Weak<Epoch>,
+            Option<Vec<RootSlice>>,
+        )> {
             let written = match &v.root {
-                Some(r) => write_tree(&self.pager, r, generation, floor, &mut c.pages, &mut stats)?,
+                Some(r) => write_tree(
+                    &self.pager,
+                    r,
+                    generation,
+                    floor,
+                    &keep,
+                    &mut c.pages,
+                    &mut stats,
+                )?,
                 None => TreeWrite::default(),
             };
             c.pages.sync()?;
             let root = written.root;
+            // The root's children kept from the previous root hold the
+            // commits up to theirs; the others, all of this version's.
+            let slices: Option<Vec<RootSlice>> = v.root.as_ref().and_then(|r| {
+                (!r.is_leaf()).then(|| {
+                    root_children(&self.pager, r)
+                        .into_iter()
+                        .zip(&written.root_children)
+                        .enumerate()
+                        .map(|(i, ((low, _), page))| {
+                            let kept = keep.get(i).copied().flatten() == Some(*page);
+                            let prev = c
+                                .root_slices
+                                .as_ref()
+                                .and_then(|p| p.iter().find(|s| s.page == *page));
+                            let (seq, since) = match (kept, prev) {
+                                (true, Some(p)) => (p.seq, p.since),
+                                // Not found: as old as the log allows.
+                                (true, None) => (c.replay_from, 0),
+                                (false, _) => (
+                                    v.seq,
+                                    // The first segment this checkpoint wrote.
+                                    c.pages
+                                        .segments()
+                                        .range(u64::from(first_segment)..)
+                                        .next()
+                                        .map_or(first_segment, |(&id, _)| id as u32),
+                                ),
+                            };
+                            RootSlice {
+                                low,
+                                page: *page,
+                                seq,
+                                since,
+                            }
+                        })
+                        .collect()
+                })
+            });
+            let replay_from = slices
+                .as_ref()
+                .and_then(|s| s.iter().map(|s| s.seq).min())
+                .unwrap_or(v.seq);
             let rec = CheckpointRecord {
                 seq: v.seq,
-                replay_from: v.seq,
+                replay_from,
                 // Set by the leader when it appends the record.
                 log_seq: v.seq,
                 root: root.map(|d| d.page),
@@ -482,11 +655,11 @@ impl Inner {
                 Reply::Checkpoint {
                     obsolete,
                     old_epoch,
-                } => Ok((rec, obsolete, old_epoch)),
+                } => Ok((rec, obsolete, old_epoch, slices)),
                 Reply::Write(_) => unreachable!("checkpoint answered as a write"),
             }
         })();
-        let (rec, obsolete, old_epoch) = match attempt {
+        let (rec, obsolete, old_epoch, slices) = match attempt {
             Ok(x) => x,
             Err(e) => {
                 c.pages.checkpoint_failed();
@@ -500,6 +673,8 @@ impl Inner {
         self.pager.set_durable_generation(generation);
         c.pages.checkpoint_durable();
         c.last_seq = Some(rec.seq);
+        c.root_slices = slices;
+        c.replay_from = rec.replay_from;
         // Oldest first, stopping at a failure: deleting a newer segment while
         // an older one stays would leave a gap in the log's chain.
         c.undeleted.extend(obsolete);
@@ -512,8 +687,12 @@ impl Inner {
         }
         // Page segments the durable tree no longer uses retire; the versions
         // of the epoch before this checkpoint may still read them.
-        debug_assert!(rec.root.is_none() || rec.root_oldest >= floor.min(rec.page_end.segment));
-        c.floor = floor;
+        debug_assert!(
+            rec.root.is_none()
+                || rec.replay_from < rec.seq
+                || rec.root_oldest >= floor.min(rec.page_end.segment)
+        );
+        c.floor = c.floor.max(floor);
         c.durable_oldest = unreferenced_below(&rec);
         let retire: Vec<SegmentId> = c
             .pages
@@ -527,11 +706,14 @@ impl Inner {
         let epochs = c.old_epochs.clone();
         c.retiring
             .extend(retire.into_iter().map(|id| (epochs.clone(), id)));
-        if kind == CheckpointKind::Regular {
+        if kind != CheckpointKind::Compact {
             c.last_written = Some(stats.bytes - stats.relocated_bytes);
         }
         let counters = &self.counters;
         counters.checkpoints.fetch_add(1, Ordering::Relaxed);
+        if rec.replay_from < rec.seq {
+            counters.sliced_checkpoints.fetch_add(1, Ordering::Relaxed);
+        }
         counters
             .checkpoint_bytes
             .fetch_add(stats.bytes, Ordering::Relaxed);

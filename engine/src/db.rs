@@ -38,6 +38,7 @@ pub(crate) struct Counters {
     pub batches: AtomicU64,
     pub failed_commits: AtomicU64,
     pub checkpoints: AtomicU64,
+    pub sliced_checkpoints: AtomicU64,
     pub checkpoint_bytes: AtomicU64,
     pub failed_checkpoints: AtomicU64,
     /// `Version::log_bytes` of the newest durable checkpoint.
@@ -216,6 +217,7 @@ impl Db {
                 Some(Checkpointer::new(
                     pages,
                     rec.checkpoint.as_ref().map_or(0, unreferenced_below),
+                    rec.checkpoint.as_ref().map_or(0, |c| c.replay_from),
                 )),
             )
         };

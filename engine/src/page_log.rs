@@ -12,11 +12,15 @@ use std::sync::Arc;
 
 /// Appends are gathered up to this size before they are written.
 const WRITE_BUFFER: usize = 1 << 20;
+/// Page segments are at least this large (unless `segment_bytes` is less).
+const MIN_SEGMENT_BYTES: u64 = 1 << 20;
 
 pub(crate) struct PageLog {
     storage: Arc<dyn Storage>,
     ids: Arc<SegmentIds>,
     store_id: [u8; 16],
+    /// Most bytes a segment takes (`segment_bytes`); see `segment_target`.
+    max_target: u64,
     target: u64,
     current: Option<SegmentAppender>,
     /// The previous page segment and where its valid records end.
@@ -45,6 +49,7 @@ impl PageLog {
             storage,
             ids,
             store_id,
+            max_target: target,
             target,
             current: None,
             prev,
@@ -61,6 +66,16 @@ impl PageLog {
 
     fn publish(&self) {
         *self.appending.lock() = self.current();
+    }
+
+    /// Sizes segments for a tree of `tree_bytes`: an eighth of it, between
+    /// 1 MiB and `segment_bytes`. Space comes back a whole segment at a time,
+    /// when nothing in it is live any more; segments as large as the tree
+    /// itself (64 MiB under a 73 MiB tree) each held a mix of several
+    /// checkpoints' pages and kept about a segment of dead ones.
+    pub fn set_tree_bytes(&mut self, tree_bytes: u64) {
+        let least = MIN_SEGMENT_BYTES.min(self.max_target);
+        self.target = (tree_bytes / 8).clamp(least, self.max_target);
     }
 
     /// Page segments on disk, oldest first, with their lengths.

@@ -47,6 +47,9 @@ pub struct Stats {
     pub batches: u64,
     pub failed_commits: u64,
     pub checkpoints: u64,
+    /// Of those, checkpoints that wrote a slice of the changes (the rest
+    /// kept from the previous checkpoint's pages).
+    pub sliced_checkpoints: u64,
     pub failed_checkpoints: u64,
     /// Page segments the cleaner deleted since open.
     pub cleaned_segments: u64,
@@ -110,6 +113,7 @@ impl Db {
             batches: c.batches.load(Ordering::Relaxed),
             failed_commits: c.failed_commits.load(Ordering::Relaxed),
             checkpoints: c.checkpoints.load(Ordering::Relaxed),
+            sliced_checkpoints: c.sliced_checkpoints.load(Ordering::Relaxed),
             failed_checkpoints: c.failed_checkpoints.load(Ordering::Relaxed),
             cleaned_segments: c.cleaned_segments.load(Ordering::Relaxed),
             cleaner_copied_bytes: c.cleaner_copied_bytes.load(Ordering::Relaxed),

@@ -59,6 +59,11 @@ pub struct TreeWrite {
     /// its base; it is moved onto the new one before the old can go. With
     /// the delta the written leaf had, whose entries the new page holds.
     pub rebased: HashMap<u64, (DiskRef, Option<LeafData>)>,
+    /// The written root's children, when the root is an internal node.
+    pub root_children: Vec<DiskRef>,
+    /// Changed children of the root left unwritten, an older page standing
+    /// in for each (see [`write_tree`]'s `keep`).
+    pub kept: usize,
 }
 
 impl TreeWrite {
@@ -73,11 +78,22 @@ impl TreeWrite {
 /// rewritten (read back where it is not in memory), so that once this
 /// checkpoint is durable nothing it references lies before `floor`, and
 /// those segments can be deleted (`floor` 0 cleans nothing).
+///
+/// `keep` (empty, or one entry per child of an internal root) makes a
+/// *sliced* checkpoint: a changed child `i` with `keep[i]` = an older
+/// durable page of the same key range is not written, and not cleaned
+/// either (a slice leaves what later slices rewrite to them: forcing
+/// cleaning there made every slice a whole tree again);
+/// the root written refers to that page instead. The tree written then
+/// holds, in that range, the content of the older page: recovery must
+/// replay the commits since it (see `CheckpointRecord::replay_from`). The
+/// root is then not marked as written: its page is not its content.
 pub fn write_tree(
     pager: &Pager,
     root: &Arc<Node>,
     generation: u64,
     floor: u32,
+    keep: &[Option<DiskRef>],
     sink: &mut dyn PageSink,
     stats: &mut WriteStats,
 ) -> Result<TreeWrite, Error> {
@@ -93,9 +109,10 @@ pub fn write_tree(
         stats,
         out: TreeWrite::default(),
         twin_bytes: 0,
+        keep,
     };
-    let r = w.write_node(root)?;
-    debug_assert!(r.oldest >= floor.min(r.page.addr.segment));
+    let r = w.write_node(root, true)?;
+    debug_assert!(w.out.kept > 0 || r.oldest >= floor.min(r.page.addr.segment));
     w.out.root = Some(r);
     Ok(w.out)
 }
@@ -113,10 +130,11 @@ struct TreeWriter<'a> {
     /// resident once the checkpoint is durable: bounded by the room the
     /// budget has for resident nodes.
     twin_bytes: u64,
+    keep: &'a [Option<DiskRef>],
 }
 
 impl TreeWriter<'_> {
-    fn write_node(&mut self, node: &Arc<Node>) -> Result<DiskRef, Error> {
+    fn write_node(&mut self, node: &Arc<Node>, is_root: bool) -> Result<DiskRef, Error> {
         let relocating = match node.written.get(self.valid) {
             Some(r) if r.oldest >= self.floor => return Ok(r),
             Some(old) => Some(old),
@@ -184,19 +202,32 @@ impl TreeWriter<'_> {
                 let mut children = Vec::with_capacity(n);
                 for i in 0..n {
                     let cref = node.child_ref(i);
+                    let stand_in = match self.keep.get(i) {
+                        Some(Some(d)) if is_root => Some(*d),
+                        _ => None,
+                    };
                     let child = match cref {
-                        ChildRef::Mem(child) => self.write_node(child)?,
+                        ChildRef::Mem(child) => match stand_in {
+                            Some(d) if child.written.get(self.valid).is_none() => {
+                                self.out.kept += 1;
+                                d
+                            }
+                            _ => self.write_node(child, false)?,
+                        },
                         ChildRef::Disk(d) if d.oldest >= self.floor => *d,
                         ChildRef::Disk(d) => {
                             // A durable subtree holding records of a segment
                             // being cleaned: copy what of it is old.
                             let child = self.pager.load_to_copy(*d, node.level() - 1)?;
-                            let moved = self.write_node(&child)?;
+                            let moved = self.write_node(&child, false)?;
                             self.out.pages.insert(d.page.addr.as_u64(), moved);
                             moved
                         }
                     };
                     children.push(child);
+                }
+                if is_root {
+                    self.out.root_children = children.clone();
                 }
                 let seps: Vec<&[u8]> = (0..base.seps_len()).map(|i| base.sep(i)).collect();
                 let level = node.level();
@@ -215,6 +246,11 @@ impl TreeWriter<'_> {
         if relocating.is_some() {
             self.stats.relocated += 1;
             self.stats.relocated_bytes += u64::from(r.page.len);
+        }
+        if is_root && self.out.kept > 0 {
+            // Not this node's content: some children are older pages.
+            self.stats.pages += 1;
+            return Ok(r);
         }
         node.written.set(r, self.generation, self.durable);
         self.stats.pages += 1;
@@ -515,4 +551,23 @@ pub(crate) fn cacheable(pager: &Pager, node: Arc<Node>, page: DiskRef) -> Arc<No
     let out = Node::leaf(leaf);
     out.written.set(page, 0, 0);
     Arc::new(out)
+}
+
+/// For planning a sliced checkpoint: each child of internal node `root`,
+/// with the separator its key range starts at (`None` for the first) and
+/// its page if it is durably written as it is (`None`: changed since).
+pub fn root_children(pager: &Pager, root: &Node) -> Vec<(Option<Vec<u8>>, Option<DiskRef>)> {
+    let Body::Internal { base, .. } = root.body() else {
+        return Vec::new();
+    };
+    (0..base.children_len())
+        .map(|i| {
+            let low = (i > 0).then(|| base.sep(i - 1).to_vec());
+            let page = match root.child_ref(i) {
+                ChildRef::Disk(d) => Some(*d),
+                ChildRef::Mem(child) => pager.durable_page(child),
+            };
+            (low, page)
+        })
+        .collect()
 }

@@ -108,6 +108,7 @@ impl Harness {
             &root,
             self.generation,
             floor,
+            &[],
             &mut sink,
             &mut stats,
         )
