@@ -70,6 +70,9 @@ pub(crate) struct Checkpointer {
     /// The newest durable checkpoint's `replay_from`: the log holds every
     /// commit after it.
     replay_from: u64,
+    /// (seq, `Version::log_bytes`) of the versions durable checkpoints of
+    /// this session took, from the one `replay_from` names on.
+    log_at: Vec<(u64, u64)>,
 }
 
 /// A child of the durable root (see `Checkpointer::root_slices`).
@@ -102,6 +105,7 @@ impl Checkpointer {
             last_written: None,
             root_slices: None,
             replay_from,
+            log_at: Vec::new(),
         }
     }
 
@@ -350,19 +354,26 @@ fn run(inner: &Inner) -> Result<()> {
                 .checkpointed_log_bytes
                 .load(Ordering::Relaxed),
         );
+        // What recovery would replay: a sliced checkpoint retires only the
+        // commits its oldest kept slice holds, so `checkpoint_bytes` bounds
+        // this (and so recovery time), not the log since the last one.
+        let replayable = v
+            .log_bytes
+            .saturating_sub(inner.counters.replayable_log_from.load(Ordering::Relaxed));
         drop(v);
         let idle = inner
             .now_ms()
             .saturating_sub(inner.counters.last_commit_ms.load(Ordering::Relaxed))
             >= IDLE_MS;
-        let due = redo >= inner.opts.checkpoint_bytes
+        let due = replayable >= inner.opts.checkpoint_bytes
             || inner.write_buffer_full()
             || (idle && redo >= inner.opts.checkpoint_bytes / 16)
             || (idle && inner.cleaning_wanted())
             || (redo >= EARLY_CHECKPOINT_MIN_BYTES && inner.log_over_target(inner.space_now().log));
-        // Checkpoints for the commit log's growth go a slice at a time;
-        // those for memory, idleness or cleaning write every change.
-        let kind = if idle || inner.write_buffer_full() {
+        // Checkpoints for the commit log's growth or for memory go a slice
+        // at a time (memory: each slice frees what it writes, and the next
+        // follows while the buffer is full); when idle, every change.
+        let kind = if idle {
             CheckpointKind::Regular
         } else {
             CheckpointKind::Slice
@@ -675,6 +686,18 @@ impl Inner {
         c.last_seq = Some(rec.seq);
         c.root_slices = slices;
         c.replay_from = rec.replay_from;
+        c.log_at.push((v.seq, v.log_bytes));
+        c.log_at.retain(|&(seq, _)| seq >= rec.replay_from);
+        // Before any checkpoint of this session the count starts at the
+        // open, whose replay started at the record's `replay_from`.
+        let replayable_from = c
+            .log_at
+            .iter()
+            .find(|&&(seq, _)| seq == rec.replay_from)
+            .map_or(0, |&(_, bytes)| bytes);
+        self.counters
+            .replayable_log_from
+            .store(replayable_from, Ordering::Relaxed);
         // Oldest first, stopping at a failure: deleting a newer segment while
         // an older one stays would leave a gap in the log's chain.
         c.undeleted.extend(obsolete);

@@ -43,6 +43,9 @@ pub(crate) struct Counters {
     pub failed_checkpoints: AtomicU64,
     /// `Version::log_bytes` of the newest durable checkpoint.
     pub checkpointed_log_bytes: AtomicU64,
+    /// `Version::log_bytes` at the newest durable checkpoint's
+    /// `replay_from`: the commit log since is what recovery replays.
+    pub replayable_log_from: AtomicU64,
     pub checkpointed_tree_bytes: AtomicU64,
     pub checkpointed_seq: AtomicU64,
     /// Milliseconds since open of the last commit, for idle detection.
@@ -618,7 +621,9 @@ impl Inner {
             .fetch_add(group.len() as u64, Ordering::Relaxed);
         let redo =
             log_bytes.saturating_sub(self.counters.checkpointed_log_bytes.load(Ordering::Relaxed));
-        if redo >= self.opts.checkpoint_bytes
+        let replayable =
+            log_bytes.saturating_sub(self.counters.replayable_log_from.load(Ordering::Relaxed));
+        if replayable >= self.opts.checkpoint_bytes
             || self.write_buffer_full()
             || (redo >= EARLY_CHECKPOINT_MIN_BYTES && self.log_over_target(log_file_bytes))
         {
