@@ -564,19 +564,25 @@ impl Inner {
         let first_segment = c.pages.end().segment;
         // A slice cleans by rotation: the pages it keeps die as later
         // slices rewrite them, and what it writes takes along every page
-        // older than the oldest slice it keeps (an untouched leaf left in
-        // an old segment would keep that segment, and all after it,
-        // alive). The space plan's floor would instead copy the kept
+        // older than the second-oldest slice it keeps (an untouched leaf
+        // left in an old segment would keep that segment, and all after
+        // it, alive; with the oldest slice's segment as the line, such
+        // leaves lagged a rotation behind and the files reached 2x at
+        // 1 M pairs). The space plan's floor would instead copy the kept
         // slices too, making every slice a whole tree again.
         let floor = match sliced {
-            true => c
-                .root_slices
-                .iter()
-                .flatten()
-                .filter(|s| keep.contains(&Some(s.page)))
-                .map(|s| s.since)
-                .min()
-                .unwrap_or(floor),
+            true => {
+                let mut since: Vec<u32> = c
+                    .root_slices
+                    .iter()
+                    .flatten()
+                    .filter(|s| keep.contains(&Some(s.page)))
+                    .map(|s| s.since)
+                    .collect();
+                since.sort_unstable();
+                since.dedup();
+                since.get(1).or(since.first()).copied().unwrap_or(floor)
+            }
             false => floor,
         };
         c.generation += 1;
