@@ -205,6 +205,29 @@ fn lock_error(path: &Path, e: fs::TryLockError) -> IoError {
     IoError::new("lock store", path.display().to_string(), source)
 }
 
+/// A deleted segment's blocks are given back this many bytes at a time.
+const RELEASE_STEP: u64 = 1 << 20;
+
+/// Frees the blocks of `file`, already unlinked, from its end in steps of
+/// `RELEASE_STEP`. On a file system mounted with online discard, freeing a
+/// file's blocks sends the device a discard of all of them at once (ext4
+/// without a journal waits for it inside the call), and a 64 MiB discard
+/// held the device for about 10 ms, in front of every commit's sync. The
+/// deletion is durable already: a crash here leaves no file, and whatever a
+/// failed step leaves is freed when `file` is closed.
+fn release_in_steps(file: File) {
+    let step = RELEASE_STEP;
+    let Ok(mut len) = file.metadata().map(|m| m.len()) else {
+        return;
+    };
+    while len > step {
+        len = (len - 1) / step * step;
+        if file.set_len(len).is_err() {
+            return;
+        }
+    }
+}
+
 /// fsync of a directory, so that creations, renames and deletions in it are durable.
 fn sync_dir(dir: &Path) -> Result<(), IoError> {
     let f = File::open(dir)
@@ -250,9 +273,16 @@ impl Storage for LocalDir {
         let shown = self.shown(&name);
         self.check_writable("delete segment", &shown)?;
         self.readers.lock().remove(&id);
-        fs::remove_file(self.dir.join(&name))
+        let path = self.dir.join(&name);
+        // Opened before the unlink, to give the blocks back in steps after it.
+        let file = OpenOptions::new()
+            .write(true)
+            .open(&path)
             .map_err(|e| IoError::new("delete segment", &shown, e))?;
-        sync_dir(&self.dir)
+        fs::remove_file(&path).map_err(|e| IoError::new("delete segment", &shown, e))?;
+        sync_dir(&self.dir)?;
+        release_in_steps(file);
+        Ok(())
     }
 
     fn read_meta(&self, name: &str) -> Result<Option<Vec<u8>>, IoError> {
@@ -549,6 +579,24 @@ mod tests {
         assert!(w.append(b"x").is_err());
         assert!(w.sync().is_err());
         assert_eq!(w.len(), 0);
+    }
+
+    #[test]
+    fn a_deleted_segment_is_gone_even_while_a_reader_holds_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let s = LocalDir::open(tmp.path()).unwrap();
+        let mut w = s.create_bulk_segment(4).unwrap();
+        w.append(b"header").unwrap();
+        w.append(&vec![7u8; (3 * RELEASE_STEP + 5) as usize])
+            .unwrap();
+        w.sync().unwrap();
+        drop(w);
+        let r = s.open_segment(4).unwrap();
+        s.delete_segment(4).unwrap();
+        assert!(s.list_segments().unwrap().is_empty());
+        assert!(!tmp.path().join(segment_file_name(4)).exists());
+        drop(r);
+        assert!(s.delete_segment(4).is_err(), "deleting twice fails");
     }
 
     #[test]
