@@ -4,11 +4,42 @@
 //! never referenced before it is durable.
 
 use kivi_log::{Addr, Error, PageRef, RecordType, SegmentAppender, SegmentIds, SegmentKind};
-use kivi_storage::{SegmentId, Storage};
+use kivi_storage::{IoError, SegmentId, SegmentReader, SegmentWriter, Storage};
 use kivi_tree::PageSink;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::sync::Arc;
+
+/// The storage as the page log creates segments in it: as bulk segments,
+/// which a backend may write back early and in small steps, so that a
+/// checkpoint's sync never puts a burst of pages in front of a commit's
+/// (see `Storage::create_bulk_segment`).
+#[derive(Debug)]
+struct Bulk<'a>(&'a dyn Storage);
+
+impl Storage for Bulk<'_> {
+    fn list_segments(&self) -> Result<Vec<SegmentId>, IoError> {
+        self.0.list_segments()
+    }
+    fn create_segment(&self, id: SegmentId) -> Result<Box<dyn SegmentWriter>, IoError> {
+        self.0.create_bulk_segment(id)
+    }
+    fn open_segment(&self, id: SegmentId) -> Result<Arc<dyn SegmentReader>, IoError> {
+        self.0.open_segment(id)
+    }
+    fn delete_segment(&self, id: SegmentId) -> Result<(), IoError> {
+        self.0.delete_segment(id)
+    }
+    fn read_meta(&self, name: &str) -> Result<Option<Vec<u8>>, IoError> {
+        self.0.read_meta(name)
+    }
+    fn write_meta(&self, name: &str, bytes: &[u8]) -> Result<(), IoError> {
+        self.0.write_meta(name, bytes)
+    }
+    fn segment_name(&self, id: SegmentId) -> String {
+        self.0.segment_name(id)
+    }
+}
 
 /// Appends are gathered up to this size before they are written.
 const WRITE_BUFFER: usize = 1 << 20;
@@ -124,7 +155,7 @@ impl PageLog {
         }
         let id = self.ids.allocate()?;
         let app = SegmentAppender::create(
-            self.storage.as_ref(),
+            &Bulk(self.storage.as_ref()),
             id,
             self.store_id,
             SegmentKind::Pages,

@@ -52,6 +52,14 @@ pub trait Storage: Send + Sync + Debug {
     fn list_segments(&self) -> Result<Vec<SegmentId>, IoError>;
     /// Creates a new empty segment; fails if `id` already exists.
     fn create_segment(&self, id: SegmentId) -> Result<Box<dyn SegmentWriter>, IoError>;
+    /// Creates a new empty segment for bulk data: written in large appends
+    /// and synced rarely (the page log's). Same promises as
+    /// `create_segment`; a backend may write its appends back to the media
+    /// early and in small steps, so that a sync never finds a burst of them
+    /// queued in front of another segment's (see ARCHITECTURE.md, LocalDir).
+    fn create_bulk_segment(&self, id: SegmentId) -> Result<Box<dyn SegmentWriter>, IoError> {
+        self.create_segment(id)
+    }
     /// Opens an existing segment for positioned reads.
     fn open_segment(&self, id: SegmentId) -> Result<Arc<dyn SegmentReader>, IoError>;
     /// Removes a segment.
