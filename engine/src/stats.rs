@@ -128,8 +128,9 @@ impl Db {
             ..Stats::default()
         };
         s.live_bytes = s.checkpoint_tree_bytes + s.redo_bytes;
-        // The segments being appended to are grown ahead of their data in
-        // sparse steps (see ARCHITECTURE.md); count what is written.
+        // The commit segment being appended to is grown ahead of its data
+        // in sparse steps (see ARCHITECTURE.md); count what is written, and
+        // for the page segment, what the page log has appended.
         let appending: Vec<(u64, u64)> = [
             inner.writer.lock().as_ref().and_then(|w| w.log.current()),
             // Published by the page log, so that a checkpoint in progress
