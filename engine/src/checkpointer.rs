@@ -679,6 +679,9 @@ impl Inner {
         let (rec, obsolete, old_epoch, slices) = match attempt {
             Ok(x) => x,
             Err(e) => {
+                // Marks it left on nodes later checkpoints keep must never
+                // be taken for durable places.
+                self.pager.set_failed_generation(generation);
                 c.pages.checkpoint_failed();
                 self.counters
                     .failed_checkpoints

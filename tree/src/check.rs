@@ -72,8 +72,8 @@ fn visit(
                 report.pairs += 1;
                 if let Entry::Value(ValueRef::Big(b)) = e {
                     report.blobs += 1;
-                    let durable = pager.durable_generation();
-                    if let Some(blob) = b.written.get(|g| g <= durable) {
+                    let durable = pager.durable_generations();
+                    if let Some(blob) = b.written.get(|g| durable.holds(g)) {
                         bytes += u64::from(blob.len);
                         oldest = oldest.min(blob.addr.segment);
                     }

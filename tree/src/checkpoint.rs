@@ -14,7 +14,7 @@
 use crate::leaf::{merge_into, BigValue, Entry, LeafData, ValueRef};
 use crate::node::{Body, ChildRef, DiskRef, InternalData, LeafBase, Node};
 use crate::page::{encode_internal, encode_leaf};
-use crate::pager::Pager;
+use crate::pager::{Durable, Pager};
 use kivi_log::{Error, PageRef, RecordType};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -97,12 +97,12 @@ pub fn write_tree(
     sink: &mut dyn PageSink,
     stats: &mut WriteStats,
 ) -> Result<TreeWrite, Error> {
-    let durable = pager.durable_generation();
-    let valid = move |g: u64| g <= durable || g == generation;
+    let durable = pager.durable_generations();
+    let valid = |g: u64| durable.holds(g) || g == generation;
     let mut w = TreeWriter {
         pager,
         generation,
-        durable,
+        durable: durable.clone(),
         floor,
         valid: &valid,
         sink,
@@ -120,7 +120,7 @@ pub fn write_tree(
 struct TreeWriter<'a> {
     pager: &'a Pager,
     generation: u64,
-    durable: u64,
+    durable: Durable,
     floor: u32,
     valid: &'a dyn Fn(u64) -> bool,
     sink: &'a mut dyn PageSink,
@@ -252,7 +252,7 @@ impl TreeWriter<'_> {
             self.stats.pages += 1;
             return Ok(r);
         }
-        node.written.set(r, self.generation, self.durable);
+        node.written.set(r, self.generation, &self.durable);
         self.stats.pages += 1;
         Ok(r)
     }
@@ -269,7 +269,7 @@ impl TreeWriter<'_> {
         if let Some(twin) = node.consolidated() {
             // Built by an earlier attempt whose checkpoint failed: same
             // content, now at this checkpoint's page.
-            twin.written.set(r, self.generation, self.durable);
+            twin.written.set(r, self.generation, &self.durable);
             return;
         }
         if entries.iter().any(|(_, v)| matches!(v, ValueRef::Big(_))) {
@@ -296,7 +296,7 @@ impl TreeWriter<'_> {
             leaf.push(k, Entry::Value(v));
         }
         let twin = Node::leaf(leaf);
-        twin.written.set(r, self.generation, self.durable);
+        twin.written.set(r, self.generation, &self.durable);
         node.set_consolidated(Arc::new(twin));
     }
 
@@ -323,7 +323,7 @@ impl TreeWriter<'_> {
             self.stats.relocated += 1;
             self.stats.relocated_bytes += u64::from(r.len);
         }
-        big.written.set(r, self.generation, self.durable);
+        big.written.set(r, self.generation, &self.durable);
         self.stats.blobs += 1;
         Ok(r)
     }
@@ -424,13 +424,14 @@ fn repoint_blobs(pager: &Pager, node: &Node, blobs: &HashMap<u64, PageRef>) {
     let Body::Leaf { base, delta } = node.body() else {
         return;
     };
-    let durable = pager.durable_generation();
+    let durable = pager.durable_generations();
     let base = base.mem().into_iter().flat_map(|b| b.iter());
     for (_, e) in base.chain(delta.iter().flat_map(|d| d.iter())) {
         if let Entry::Value(ValueRef::Big(b)) = e {
-            let at = b.written.get(|g| g <= durable);
+            let at = b.written.get(|g| durable.holds(g));
             if let Some(new) = at.and_then(|r| blobs.get(&r.addr.as_u64())) {
-                b.written.set(*new, durable, durable);
+                // Marked as the newest durable generation, which it is part of.
+                b.written.set(*new, durable.newest(), &durable);
             }
         }
     }
@@ -528,7 +529,7 @@ pub(crate) fn cacheable(pager: &Pager, node: Arc<Node>, page: DiskRef) -> Arc<No
     if !holds_values(base) && !delta.as_ref().is_some_and(holds_values) {
         return node;
     }
-    let durable = pager.durable_generation();
+    let durable = pager.durable_generations();
     let mut merged = Vec::new();
     match delta {
         Some(d) => merge_into(&mut merged, base.iter(), d.iter(), true),
@@ -540,7 +541,7 @@ pub(crate) fn cacheable(pager: &Pager, node: Arc<Node>, page: DiskRef) -> Arc<No
             Entry::Value(ValueRef::Big(b)) => {
                 let blob = b
                     .written
-                    .get(|g| g <= durable)
+                    .get(|g| durable.holds(g))
                     .expect("durable leaf with an unwritten blob");
                 leaf.push(k, Entry::Value(ValueRef::Big(&BigValue::on_disk(blob))));
             }
@@ -549,7 +550,7 @@ pub(crate) fn cacheable(pager: &Pager, node: Arc<Node>, page: DiskRef) -> Arc<No
     }
     leaf.shrink();
     let out = Node::leaf(leaf);
-    out.written.set(page, 0, 0);
+    out.written.set_read(page);
     Arc::new(out)
 }
 

@@ -6,6 +6,7 @@
 //! changes (puts and tombstones) laid over an immutable base, so that changing
 //! one key of a leaf does not copy the whole leaf (see node.rs).
 
+use crate::pager::Durable;
 use kivi_log::PageRef;
 use parking_lot::Mutex;
 use std::cmp::Ordering;
@@ -88,11 +89,21 @@ impl<T: Copy> Written<T> {
     }
 
     /// Records that generation `generation` wrote it at `r`; the newest
-    /// earlier mark of a generation up to `durable` stays as the fallback.
-    pub fn set(&self, r: T, generation: u64, durable: u64) {
+    /// earlier mark of a durable generation stays as the fallback.
+    pub fn set(&self, r: T, generation: u64, durable: &Durable) {
         let mut marks = self.0.lock();
-        let fallback = marks.iter().flatten().find(|(_, g)| *g <= durable).copied();
+        let fallback = marks
+            .iter()
+            .flatten()
+            .find(|(_, g)| durable.holds(*g))
+            .copied();
         *marks = [Some((r, generation)), fallback];
+    }
+
+    /// Records that it was read from `r` (generation 0: durable from the
+    /// start), forgetting any other place.
+    pub fn set_read(&self, r: T) {
+        *self.0.lock() = [Some((r, 0)), None];
     }
 
     pub fn new_at(r: T, generation: u64) -> Self {

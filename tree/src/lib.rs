@@ -25,5 +25,5 @@ pub use checkpoint::{release_written, root_children, write_tree, PageSink, TreeW
 pub use leaf::{compare_keys, ValueRef, INLINE_VALUE_MAX};
 pub use node::{DiskRef, Node};
 pub use page::MAX_LEVEL;
-pub use pager::{Pager, PagerStats};
+pub use pager::{Durable, Pager, PagerStats};
 pub use read::{get_into, Cursor};

@@ -124,7 +124,7 @@ pub fn decode_page(body: &[u8], at: DiskRef, level: u8) -> Result<Node, String> 
             at.oldest
         ));
     }
-    node.written.set(at, 0, 0);
+    node.written.set_read(at);
     Ok(node)
 }
 

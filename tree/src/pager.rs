@@ -61,10 +61,40 @@ pub struct Pager {
     readers: RwLock<HashMap<u32, Arc<dyn SegmentReader>>>,
     max_open: usize,
     /// Newest checkpoint generation known durable: a node written by a
-    /// checkpoint of this generation or older may be dropped from memory.
+    /// checkpoint of this generation or older (and not in `failed`) may be
+    /// dropped from memory.
     durable_generation: AtomicU64,
+    /// Generations whose checkpoint failed, ascending. Their marks stay on
+    /// nodes that later checkpoints do not rewrite (the cleaner's copies of
+    /// unchanged pages, children a slice keeps), so "older than a durable
+    /// generation" alone would take what they wrote, never made durable and
+    /// abandoned, for durable. Grows by 8 bytes per failed checkpoint since
+    /// open: marks carry no back-pointer to clear them by, and failures are
+    /// few (each is an I/O error reported to the user).
+    failed_generations: RwLock<Vec<u64>>,
     page_reads: AtomicU64,
     blob_reads: AtomicU64,
+}
+
+/// The checkpoint generations durable at one moment: every one up to
+/// `up_to` except those that failed. (Generation 0 marks what was read
+/// from disk, durable from the start.)
+#[derive(Debug, Clone)]
+pub struct Durable {
+    up_to: u64,
+    failed: Vec<u64>,
+}
+
+impl Durable {
+    pub fn holds(&self, generation: u64) -> bool {
+        generation <= self.up_to && self.failed.binary_search(&generation).is_err()
+    }
+
+    /// The newest durable generation.
+    pub fn newest(&self) -> u64 {
+        debug_assert!(self.holds(self.up_to));
+        self.up_to
+    }
 }
 
 impl std::fmt::Debug for Pager {
@@ -88,6 +118,7 @@ impl Pager {
             readers: RwLock::new(HashMap::new()),
             max_open: MAX_OPEN_SEGMENTS,
             durable_generation: AtomicU64::new(0),
+            failed_generations: RwLock::new(Vec::new()),
             page_reads: AtomicU64::new(0),
             blob_reads: AtomicU64::new(0),
         }
@@ -106,19 +137,39 @@ impl Pager {
         &self.dirty
     }
 
-    pub fn durable_generation(&self) -> u64 {
-        self.durable_generation.load(Ordering::Acquire)
+    /// Which checkpoint generations are durable now.
+    pub fn durable_generations(&self) -> Durable {
+        Durable {
+            up_to: self.durable_generation.load(Ordering::Acquire),
+            failed: self.failed_generations.read().clone(),
+        }
     }
 
+    /// Checkpoint `generation` is durable, and so is every older one that
+    /// did not fail.
     pub fn set_durable_generation(&self, generation: u64) {
+        debug_assert!(!self.failed_generations.read().contains(&generation));
         self.durable_generation
             .fetch_max(generation, Ordering::AcqRel);
     }
 
+    /// Checkpoint `generation` failed: what it wrote is never to be read,
+    /// whatever generation becomes durable later.
+    pub fn set_failed_generation(&self, generation: u64) {
+        assert!(
+            generation > self.durable_generation.load(Ordering::Acquire),
+            "checkpoint {generation} failed after a newer one was durable"
+        );
+        let mut failed = self.failed_generations.write();
+        if let Err(i) = failed.binary_search(&generation) {
+            failed.insert(i, generation);
+        }
+    }
+
     /// Where `node` is durably on disk, if it is.
     pub fn durable_page(&self, node: &Node) -> Option<DiskRef> {
-        let durable = self.durable_generation();
-        node.written.get(|g| g <= durable)
+        let durable = self.durable_generations();
+        node.written.get(|g| durable.holds(g))
     }
 
     /// Keeps `node` in memory in the tree if the budget allows: resident
@@ -331,10 +382,10 @@ impl Pager {
         }
         // The newest durable place: a copy the cleaner is writing is not
         // read before its checkpoint is durable.
-        let durable = self.durable_generation();
+        let durable = self.durable_generations();
         let page = big
             .written
-            .get(|g| g <= durable)
+            .get(|g| durable.holds(g))
             .expect("big value with neither bytes nor durable blob");
         self.blob_reads.fetch_add(1, Ordering::Relaxed);
         let body = self.read_record(page, RecordType::Blob)?;

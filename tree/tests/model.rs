@@ -147,6 +147,22 @@ impl Harness {
         }
     }
 
+    /// The checkpoint in flight fails, as when its sync or its record's
+    /// commit hits an I/O error: it is never durable, and what it wrote is
+    /// deleted. Later checkpoints are newer generations, and must not take
+    /// its marks for durable ones.
+    fn fail_checkpoint(&mut self) {
+        let Some((generation, _, _, _)) = self.in_flight.take() else {
+            return;
+        };
+        self.pager.set_failed_generation(generation);
+        // The segment `begin_checkpoint` created for it.
+        let id = self.next_segment - 1;
+        self.storage.delete_segment(id).unwrap();
+        self.pager.close_segment(id as u32);
+        self.pager.clear_cache();
+    }
+
     fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
         let mut out = Vec::new();
         let root = self.root.as_ref()?;
@@ -248,6 +264,9 @@ enum Step {
     End {
         reload: bool,
     },
+    /// The checkpoint in flight fails: it never becomes durable and its
+    /// segment is deleted, so anything still pointing there fails its reads.
+    Fail,
 }
 
 fn step(max_key: u16) -> impl Strategy<Value = Step> {
@@ -263,6 +282,7 @@ fn step_sized(max_key: u16, max_batch: usize) -> impl Strategy<Value = Step> {
         1 => any::<bool>().prop_map(|reload| Step::Checkpoint { reload }),
         1 => (0u8..=100).prop_map(|clean| Step::Begin { clean }),
         1 => any::<bool>().prop_map(|reload| Step::End { reload }),
+        1 => Just(Step::Fail),
     ]
 }
 
@@ -294,6 +314,7 @@ fn run_with(mut h: Harness, steps: Vec<Step>, max_key: u16) -> Harness {
             }
             Step::Begin { clean } => h.begin_checkpoint(clean),
             Step::End { reload } => h.end_checkpoint(reload),
+            Step::Fail => h.fail_checkpoint(),
         }
         let probes: Vec<Vec<u8>> = (0..max_key)
             .step_by(37)
@@ -426,4 +447,35 @@ fn cleaning_copies_every_record_out_of_old_segments() {
     h.assert_matches(&model, &[key(0), key(150), key(650)]);
     h.checkpoint(true);
     h.assert_matches(&model, &[key(0), key(150), key(650)]);
+}
+
+#[test]
+fn a_failed_checkpoint_leaves_no_reference_to_what_it_wrote() {
+    // A checkpoint that copies everything (cleaning) fails; the next one
+    // cleans nothing, so it writes only what changed and keeps the older
+    // durable pages of the rest. Once it is durable, the tree must point at
+    // those, not at the failed checkpoint's copies (deleted here).
+    let cfg = TreeConfig {
+        page_target: 256,
+        delta_max: 4,
+        patch_max: 3,
+    };
+    let mut h = Harness::new(1 << 20, cfg);
+    let mut model = BTreeMap::new();
+    let ops: Vec<_> = (0..400u16)
+        .map(|k| {
+            let v = value(k, 1, k % 10 == 0);
+            model.insert(key(k), v.clone());
+            (key(k), Some(v))
+        })
+        .collect();
+    h.apply(&ops);
+    h.checkpoint(false);
+    h.begin_checkpoint(100);
+    h.fail_checkpoint();
+    h.apply(&[(key(7), Some(value(7, 2, false)))]);
+    model.insert(key(7), value(7, 2, false));
+    h.checkpoint(false);
+    h.pager.clear_cache();
+    h.assert_matches(&model, &[key(0), key(7), key(399)]);
 }
