@@ -316,6 +316,44 @@ impl Db {
         }
     }
 
+    /// Applies each batch atomically and on its own, in order, as if by
+    /// [`Db::write`] one after another, but all queued at once so that they
+    /// share group commits: one thread can keep many writes in flight (a
+    /// server answering pipelined clients). Returns one result per batch,
+    /// each durable when this returns; a batch's failure does not stop the
+    /// others (a failed commit fails every batch of its group).
+    pub fn write_each(&self, batches: Vec<WriteBatch>) -> Vec<Result<WriteOutcome>> {
+        let inner = self.inner();
+        if inner.closed.load(Ordering::Acquire) {
+            return batches.iter().map(|_| Err(Error::Closed)).collect();
+        }
+        let mut out: Vec<Option<Result<WriteOutcome>>> = Vec::with_capacity(batches.len());
+        let mut requests = Vec::with_capacity(batches.len());
+        for b in batches {
+            if b.is_empty() {
+                out.push(Some(Ok(WriteOutcome::Applied)));
+            } else {
+                out.push(None);
+                requests.push(Request::Write(b));
+            }
+        }
+        let mut replies = inner
+            .pipeline
+            .submit_many(requests, &|group| inner.commit_group(group))
+            .into_iter();
+        out.into_iter()
+            .map(|o| match o {
+                Some(r) => r,
+                None => match replies.next().expect("one reply per queued batch")? {
+                    Reply::Write(o) => Ok(o),
+                    Reply::Checkpoint { .. } => {
+                        unreachable!("write answered with a checkpoint reply")
+                    }
+                },
+            })
+            .collect()
+    }
+
     fn conditional(&self, batch: WriteBatch) -> Result<bool> {
         Ok(self.write(batch)? == WriteOutcome::Applied)
     }

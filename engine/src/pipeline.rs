@@ -134,14 +134,19 @@ impl Default for Pipeline {
     }
 }
 
+/// What a request counts for against the queue's byte bounds.
+fn request_bytes(request: &Request) -> usize {
+    match request {
+        Request::Write(b) => b.size_bytes() + 16 * b.len(),
+        Request::Checkpoint { .. } => 64,
+    }
+}
+
 impl Pipeline {
     /// Queues `request` and returns its reply once committed. `commit`
     /// commits one group and returns one reply per ticket, in order.
     pub fn submit(&self, request: Request, commit: &CommitFn<'_>) -> Result<Reply> {
-        let bytes = match &request {
-            Request::Write(b) => b.size_bytes() + 16 * b.len(),
-            Request::Checkpoint { .. } => 64,
-        };
+        let bytes = request_bytes(&request);
         let ticket = Arc::new(Ticket {
             request,
             bytes,
@@ -169,6 +174,67 @@ impl Pipeline {
             }
         }
         self.lead(&ticket, commit)
+    }
+
+    /// Queues every request in order, consecutive in the queue unless room
+    /// runs out, and returns their replies once committed. One caller can
+    /// so keep thousands of batches in flight (a server's pipelined
+    /// clients) and have them share groups, each with its own outcome.
+    ///
+    /// The caller leads whenever leadership reaches one of its tickets.
+    /// While the queue is full it first settles the tickets it queued: a
+    /// leader hands leadership to the front ticket, which may be one of
+    /// ours, so waiting for room with ours queued could wait forever.
+    pub fn submit_many(&self, requests: Vec<Request>, commit: &CommitFn<'_>) -> Vec<Result<Reply>> {
+        let mut replies = Vec::with_capacity(requests.len());
+        let mut requests = requests.into_iter().peekable();
+        while requests.peek().is_some() {
+            let mut mine = Vec::new();
+            let lead_now = {
+                let mut q = self.queue.lock();
+                while let Some(request) = requests.peek() {
+                    let bytes = request_bytes(request);
+                    let full =
+                        q.bytes + bytes > MAX_QUEUED_BYTES || q.tickets.len() >= MAX_QUEUED_BATCHES;
+                    if full && !q.tickets.is_empty() {
+                        if !mine.is_empty() {
+                            break;
+                        }
+                        self.room.wait(&mut q);
+                        continue;
+                    }
+                    let request = requests.next().expect("peeked");
+                    let ticket = Arc::new(Ticket {
+                        request,
+                        bytes,
+                        state: Mutex::default(),
+                        wake: Condvar::new(),
+                    });
+                    q.tickets.push_back(ticket.clone());
+                    q.bytes += bytes;
+                    mine.push(ticket);
+                }
+                debug_assert!(!mine.is_empty());
+                !std::mem::replace(&mut q.leader, true)
+            };
+            let mut lead_next = lead_now;
+            for ticket in &mine {
+                if !lead_next {
+                    let mut st = ticket.state.lock();
+                    while st.reply.is_none() && !st.lead {
+                        ticket.wake.wait(&mut st);
+                    }
+                    if let Some(reply) = st.reply.take() {
+                        replies.push(reply);
+                        continue;
+                    }
+                }
+                // Ours to lead: commit until this ticket is answered.
+                lead_next = false;
+                replies.push(self.lead(ticket, commit));
+            }
+        }
+        replies
     }
 
     /// Commits groups until `mine` is answered and then, while batches are

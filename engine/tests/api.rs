@@ -382,3 +382,88 @@ fn damage_to_a_commit_no_checkpoint_covers_still_refuses_to_open() {
     assert!(err.is_corruption(), "{err}");
     assert!(err.to_string().contains(&format!("offset {at}")), "{err}");
 }
+
+/// `write_each`: every batch decided on its own, in the order given, as if
+/// written one after another, and all of them durable on return; more
+/// batches than the commit queue holds at once (65,536) take the path
+/// that settles queued ones before queuing more; several threads at once
+/// each keep their own order.
+#[test]
+fn write_each_applies_batches_in_order_each_on_its_own() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = open(tmp.path());
+    let one = |f: &dyn Fn(&mut WriteBatch)| {
+        let mut b = WriteBatch::new();
+        f(&mut b);
+        b
+    };
+    let out = db.write_each(vec![
+        one(&|b| {
+            b.put(b"k".to_vec(), b"1".to_vec()).unwrap();
+        }),
+        // Sees the put before it, so it applies.
+        one(&|b| {
+            b.compare_and_swap(b"k".to_vec(), b"1".to_vec(), b"2".to_vec())
+                .unwrap();
+        }),
+        // Sees "2", so it fails, and only it.
+        one(&|b| {
+            b.compare_and_swap(b"k".to_vec(), b"1".to_vec(), b"3".to_vec())
+                .unwrap();
+        }),
+        WriteBatch::new(),
+        one(&|b| {
+            b.insert_if_absent(b"other".to_vec(), b"x".to_vec())
+                .unwrap();
+        }),
+    ]);
+    let out: Vec<_> = out.into_iter().map(|r| r.unwrap()).collect();
+    assert_eq!(
+        out,
+        vec![
+            WriteOutcome::Applied,
+            WriteOutcome::Applied,
+            WriteOutcome::ConditionFailed { op: 0 },
+            WriteOutcome::Applied,
+            WriteOutcome::Applied,
+        ]
+    );
+    assert_eq!(db.get(b"k").unwrap().as_deref(), Some(&b"2"[..]));
+
+    // Past the queue's bound, from three threads at once: each thread's
+    // increments of its own counter must apply in order, so each CAS from
+    // i to i + 1 succeeds.
+    const N: u32 = 70_000;
+    std::thread::scope(|s| {
+        for t in 0..3u8 {
+            let db = &db;
+            s.spawn(move || {
+                let key = vec![b'c', t];
+                let mut batches = vec![one(&|b| {
+                    b.put(key.clone(), 0u32.to_be_bytes().to_vec()).unwrap();
+                })];
+                for i in 0..N {
+                    batches.push(one(&|b| {
+                        b.compare_and_swap(
+                            key.clone(),
+                            i.to_be_bytes().to_vec(),
+                            (i + 1).to_be_bytes().to_vec(),
+                        )
+                        .unwrap();
+                    }));
+                }
+                for (i, r) in db.write_each(batches).into_iter().enumerate() {
+                    assert_eq!(r.unwrap(), WriteOutcome::Applied, "thread {t}, batch {i}");
+                }
+            });
+        }
+    });
+    drop(db);
+    let db = open(tmp.path());
+    for t in 0..3u8 {
+        assert_eq!(
+            db.get(&[b'c', t]).unwrap().as_deref(),
+            Some(&N.to_be_bytes()[..])
+        );
+    }
+}
