@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs every test kivi has: formatting, lints, unit, property, crash-simulation,
-# kill -9, corruption and command-line tests, and a small run of the benchmark
-# suite against every store. Works on a fresh Debian machine with Rust
-# installed (https://rustup.rs); bench/setup.sh installs the system libraries
-# the other stores need (RocksDB, LevelDB) and strace.
+# kill -9, corruption and command-line tests, `kivi serve` under real Redis
+# clients, and a small run of the benchmark suite against every store. Works
+# on a fresh Debian machine with Rust installed (https://rustup.rs);
+# bench/setup.sh installs the system libraries the other stores need (RocksDB,
+# LevelDB), strace, and redis-tools; pip installs redis-py and pytest.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -16,6 +17,11 @@ bench/setup.sh
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked --features kivi-cli/peers,kivi-bench/peers -- -D warnings
 cargo test --workspace --locked --features kivi-cli/peers,kivi-bench/peers
+# The server with redis-py, redis-cli and redis-benchmark.
+python3 -c 'import redis, pytest' 2>/dev/null ||
+    python3 -m pip install --quiet 'redis>=5' pytest
+cargo build --release --locked --quiet -p kivi-cli --features peers
+KIVI_BIN=target/release/kivi python3 -m pytest -q tests/server
 # The benchmark suite works, on every store (a tiny run; real numbers come
 # from docs/benchmarks.md).
 cargo run --release --locked --quiet -p kivi-cli --features peers -- \

@@ -1,13 +1,17 @@
 #!/bin/sh
-# Installs what kivi-bench's `peers` feature needs on Debian (and derivatives):
+# Installs what the tests and kivi-bench's `peers` feature need on Debian
+# (and derivatives):
 #   librocksdb-dev  RocksDB's C API and library (bench/src/stores/rocksdb.rs)
 #   libleveldb-dev  LevelDB's C API and library (bench/src/stores/leveldb.rs)
 #   strace          to check that durable writes really call fsync/fdatasync
+#   redis-tools     redis-cli and redis-benchmark, real clients of `kivi serve`
+#                   (tests/server/, and the server benchmarks)
+#   redis-server    the Redis the server benchmarks compare with
 # Only missing packages are installed. Uses sudo when not run as root.
 # Exits non-zero, saying why, when it cannot install them.
 set -eu
 
-packages="librocksdb-dev libleveldb-dev strace"
+packages="librocksdb-dev libleveldb-dev strace redis-tools redis-server"
 
 fail() {
     echo "bench/setup.sh: $*" >&2

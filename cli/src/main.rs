@@ -13,6 +13,7 @@ mod commands;
 mod error;
 mod load;
 mod progress;
+mod serve;
 mod stats;
 
 use clap::{Args, Parser, Subcommand};
@@ -104,7 +105,11 @@ enum Command {
     Check,
     /// Copy every live page into new segments and delete every file that no longer holds anything live
     #[command(
-        long_about = "Clean the whole store now: copy every page and value still in use into         new segments, start a new commit log segment, and delete every file that no longer         holds anything live. The background cleaner keeps the files within twice the live         bytes on its own; this brings them down to little more than the live bytes, for         example after deleting much of the data. Prints the file bytes before and after."
+        long_about = "Clean the whole store now: copy every page and value still in use into \
+        new segments, start a new commit log segment, and delete every file that no longer \
+        holds anything live. The background cleaner keeps the files within twice the live \
+        bytes on its own; this brings them down to little more than the live bytes, for \
+        example after deleting much of the data. Prints the file bytes before and after."
     )]
     Compact,
     /// Print the store's numbers: pairs, bytes, segments, tree height, cache use, ...
@@ -112,6 +117,33 @@ enum Command {
         /// Print one JSON object (snake_case field names) instead of text
         #[arg(long)]
         json: bool,
+    },
+    /// Serve the store to many clients over TCP or Unix sockets: RESP (Redis clients) and kivaloo's kvlds protocol
+    #[command(
+        long_about = "Serve the store to many clients at once over TCP or Unix sockets, in RESP \
+        (so redis-cli and every Redis client library work) and, when --kvlds is given, in \
+        kivaloo's kvlds protocol. Every write is durable before it is answered (unless \
+        --no-fsync); writes from all connections share group commits. The same data is \
+        visible through both protocols.\n\n\
+        Binds to loopback unless told otherwise: neither protocol has authentication or \
+        encryption. SIGTERM or SIGINT: stop accepting, answer what was read, close the store. \
+        After a kill -9 nothing acknowledged is lost.",
+        after_help = "Examples:\n  kivi -d /var/lib/kivi serve\n  redis-cli -p 6380 set greeting hello\n  \
+        kivi serve --resp 0.0.0.0:6380 --kvlds 127.0.0.1:1234\n  kivi serve --resp ./kivi.sock"
+    )]
+    Serve {
+        /// RESP listener: host:port, or a Unix socket path (anything with a '/')
+        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:6380")]
+        resp: String,
+        /// Do not listen for RESP (with --kvlds)
+        #[arg(long)]
+        no_resp: bool,
+        /// kvlds listener: host:port or a Unix socket path; none unless given
+        #[arg(long, value_name = "ADDR")]
+        kvlds: Option<String>,
+        /// Most connections open at once, over both listeners
+        #[arg(long, value_name = "N", default_value_t = kivi_server::DEFAULT_MAX_CONNECTIONS)]
+        max_connections: usize,
     },
     /// Measure kivi, and other stores, on kv40 data (40-byte keys and values)
     #[command(
@@ -165,6 +197,20 @@ fn run(cli: Cli) -> Result<()> {
         Command::Check => commands::check(&store),
         Command::Compact => commands::compact(&store),
         Command::Stats { json } => stats::run(&store, *json),
+        Command::Serve {
+            resp,
+            no_resp,
+            kvlds,
+            max_connections,
+        } => serve::run(
+            &store,
+            serve::ServeArgs {
+                resp,
+                no_resp: *no_resp,
+                kvlds: kvlds.as_deref(),
+                max_connections: *max_connections,
+            },
+        ),
         Command::Bench(_) => unreachable!("handled above"),
     }
 }

@@ -1,0 +1,756 @@
+//! `kivi serve` end to end: a real server process on a temporary store,
+//! driven over real sockets by a kvlds client written here from the spec
+//! (`shared/specs/kivaloo-protocol.md`, checked against its test vectors)
+//! and a minimal RESP client; kill -9 in the middle of pipelined writes
+//! from several connections; malformed input on one connection while
+//! another keeps working. (redis-cli, redis-py and redis-benchmark drive
+//! it in `tests/server/test_resp.py`.)
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+const KIVI: &str = env!("CARGO_BIN_EXE_kivi");
+
+/// A running `kivi serve` on ports the kernel chose.
+struct Server {
+    child: Child,
+    resp: String,
+    kvlds: String,
+}
+
+impl Server {
+    fn start(store: &Path) -> Server {
+        let mut child = Command::new(KIVI)
+            .arg("-d")
+            .arg(store)
+            .args(["serve", "--resp", "127.0.0.1:0", "--kvlds", "127.0.0.1:0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start kivi serve");
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut addr = |proto: &str| {
+            let line = lines
+                .next()
+                .expect("kivi serve prints its listeners")
+                .unwrap();
+            let prefix = format!("kivi serve: {proto} listening on ");
+            let rest = line
+                .strip_prefix(&prefix)
+                .unwrap_or_else(|| panic!("{line}"));
+            rest.split(' ').next().unwrap().to_string()
+        };
+        let resp = addr("resp");
+        let kvlds = addr("kvlds");
+        Server { child, resp, kvlds }
+    }
+
+    fn kill9(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
+    /// SIGTERM, and the exit status.
+    fn stop(mut self) -> std::process::ExitStatus {
+        // SAFETY: kill(2) with a pid we spawned and still own (not yet
+        // waited for, so not reused) touches no memory.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        self.child.wait().unwrap()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+// ---- a kvlds client, written from the spec ----
+
+type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// kivaloo's CRC: CRC-32C started at 0x82F63B78, no final XOR, little-endian.
+fn kcrc(data: &[u8]) -> [u8; 4] {
+    (!crc32c::crc32c_append(!0x82F6_3B78u32, data)).to_le_bytes()
+}
+
+fn packet(id: u64, record: &[u8]) -> Vec<u8> {
+    let mut p = id.to_be_bytes().to_vec();
+    p.extend_from_slice(&(record.len() as u32).to_be_bytes());
+    let h = kcrc(&p);
+    p.extend_from_slice(&h);
+    p.extend_from_slice(record);
+    let r = kcrc(record);
+    p.extend((0..4).map(|i| r[i] ^ h[i]));
+    p
+}
+
+fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+fn record(ty: u32, fields: &[&[u8]]) -> Vec<u8> {
+    let mut r = ty.to_be_bytes().to_vec();
+    for f in fields {
+        r.push(f.len() as u8);
+        r.extend_from_slice(f);
+    }
+    r
+}
+
+fn range_record(max: u32, start: &[u8], end: &[u8]) -> Vec<u8> {
+    let mut r = 0x131u32.to_be_bytes().to_vec();
+    r.extend_from_slice(&max.to_be_bytes());
+    r.push(start.len() as u8);
+    r.extend_from_slice(start);
+    r.push(end.len() as u8);
+    r.extend_from_slice(end);
+    r
+}
+
+struct Kvlds {
+    s: TcpStream,
+    next_id: u64,
+}
+
+impl Kvlds {
+    fn connect(addr: &str) -> Kvlds {
+        let s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        Kvlds { s, next_id: 1 }
+    }
+
+    fn send(&mut self, record: &[u8]) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.s.write_all(&packet(id, record)).unwrap();
+        id
+    }
+
+    /// The next response: (id, record); None if the server closed.
+    fn recv(&mut self) -> Option<(u64, Vec<u8>)> {
+        let mut h = [0u8; 16];
+        self.s.read_exact(&mut h).ok()?;
+        assert_eq!(kcrc(&h[..12]), h[12..16], "response header CRC");
+        let id = u64::from_be_bytes(h[..8].try_into().unwrap());
+        let n = u32::from_be_bytes(h[8..12].try_into().unwrap()) as usize;
+        let mut body = vec![0u8; n + 4];
+        self.s.read_exact(&mut body).ok()?;
+        let r = kcrc(&body[..n]);
+        let want: Vec<u8> = (0..4).map(|i| r[i] ^ h[12 + i]).collect();
+        assert_eq!(body[n..], want[..], "response record CRC");
+        body.truncate(n);
+        Some((id, body))
+    }
+
+    fn call(&mut self, record: &[u8]) -> Vec<u8> {
+        let id = self.send(record);
+        let (got, r) = self.recv().expect("a response");
+        assert_eq!(got, id);
+        r
+    }
+
+    fn status(&mut self, record: &[u8]) -> u32 {
+        let r = self.call(record);
+        assert_eq!(r.len(), 4, "a status response");
+        u32::from_be_bytes(r[..4].try_into().unwrap())
+    }
+
+    fn get(&mut self, key: &[u8]) -> Option<Vec<u8>> {
+        let r = self.call(&record(0x130, &[key]));
+        match u32::from_be_bytes(r[..4].try_into().unwrap()) {
+            0 => {
+                assert_eq!(r.len(), 5 + r[4] as usize);
+                Some(r[5..].to_vec())
+            }
+            1 => None,
+            s => panic!("GET status {s}"),
+        }
+    }
+
+    /// One RANGE call: (pairs, next).
+    fn range(&mut self, max: u32, start: &[u8], end: &[u8]) -> (Pairs, Vec<u8>) {
+        let r = self.call(&range_record(max, start, end));
+        assert_eq!(r[..4], [0, 0, 0, 0]);
+        let count = u32::from_be_bytes(r[4..8].try_into().unwrap());
+        let mut at = 8;
+        let string = |at: &mut usize| {
+            let n = r[*at] as usize;
+            let s = r[*at + 1..*at + 1 + n].to_vec();
+            *at += 1 + n;
+            s
+        };
+        let next = string(&mut at);
+        let mut pairs = Vec::new();
+        for _ in 0..count {
+            let k = string(&mut at);
+            let v = string(&mut at);
+            pairs.push((k, v));
+        }
+        assert_eq!(at, r.len(), "nothing after the pairs");
+        (pairs, next)
+    }
+
+    /// A whole range, as kivaloo's client loops: until `next` is empty
+    /// (empty end) or at least the end.
+    fn scan(&mut self, max: u32, start: &[u8], end: &[u8]) -> (Pairs, usize) {
+        let mut all = Vec::new();
+        let mut from = start.to_vec();
+        let mut calls = 0;
+        loop {
+            let (pairs, next) = self.range(max, &from, end);
+            calls += 1;
+            all.extend(pairs);
+            let done = if end.is_empty() {
+                next.is_empty()
+            } else {
+                next.as_slice() >= end
+            };
+            if done {
+                return (all, calls);
+            }
+            assert!(next > from, "RANGE made progress");
+            from = next;
+        }
+    }
+}
+
+// ---- a minimal RESP client ----
+
+struct Resp {
+    r: BufReader<TcpStream>,
+    w: TcpStream,
+}
+
+#[derive(Debug, PartialEq)]
+enum Val {
+    Ok(String),
+    Err(String),
+    Int(i64),
+    Bulk(Option<Vec<u8>>),
+    Array(Vec<Val>),
+}
+
+impl Resp {
+    fn connect(addr: &str) -> Resp {
+        let w = TcpStream::connect(addr).unwrap();
+        w.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        Resp {
+            r: BufReader::new(w.try_clone().unwrap()),
+            w,
+        }
+    }
+
+    fn encode(args: &[&[u8]]) -> Vec<u8> {
+        let mut out = format!("*{}\r\n", args.len()).into_bytes();
+        for a in args {
+            out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+            out.extend_from_slice(a);
+            out.extend_from_slice(b"\r\n");
+        }
+        out
+    }
+
+    fn send(&mut self, args: &[&[u8]]) {
+        self.w.write_all(&Self::encode(args)).unwrap();
+    }
+
+    fn read(&mut self) -> Option<Val> {
+        let mut line = Vec::new();
+        if self.r.read_until(b'\n', &mut line).ok()? == 0 {
+            return None;
+        }
+        let text = String::from_utf8_lossy(&line[1..line.len() - 2]).into_owned();
+        Some(match line[0] {
+            b'+' => Val::Ok(text),
+            b'-' => Val::Err(text),
+            b':' => Val::Int(text.parse().unwrap()),
+            b'$' => {
+                let n: i64 = text.parse().unwrap();
+                if n < 0 {
+                    Val::Bulk(None)
+                } else {
+                    let mut b = vec![0u8; n as usize + 2];
+                    self.r.read_exact(&mut b).ok()?;
+                    b.truncate(n as usize);
+                    Val::Bulk(Some(b))
+                }
+            }
+            b'*' => {
+                let n: i64 = text.parse().unwrap();
+                let mut v = Vec::new();
+                for _ in 0..n.max(0) {
+                    v.push(self.read()?);
+                }
+                Val::Array(v)
+            }
+            c => panic!("unexpected reply type {:?}", c as char),
+        })
+    }
+
+    fn call(&mut self, args: &[&[u8]]) -> Val {
+        self.send(args);
+        self.read().expect("a reply")
+    }
+}
+
+fn bulk(s: &str) -> Val {
+    Val::Bulk(Some(s.as_bytes().to_vec()))
+}
+
+#[test]
+fn the_test_client_matches_the_spec_vectors() {
+    assert_eq!(kcrc(b"hello world"), [0xca, 0x13, 0x0b, 0xaa]);
+    assert_eq!(
+        packet(1, &record(0x100, &[])),
+        unhex("000000000000000100000004ab1233e700000100805f339a")
+    );
+    assert_eq!(
+        packet(2, &record(0x110, &[b"a", b"b"])),
+        unhex("0000000000000002000000088f6d43e20000011001610162475a43e9")
+    );
+    assert_eq!(
+        packet(2, &[0, 0, 0, 0]),
+        unhex("0000000000000002000000045fa200af000000000377a2c1")
+    );
+}
+
+#[test]
+fn kvlds_requests_answer_as_the_spec_says_and_share_data_with_resp() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = Server::start(&tmp.path().join("store"));
+    let mut c = Kvlds::connect(&server.kvlds);
+    // The spec's own PARAMS request, byte for byte.
+    c.s.write_all(&unhex("000000000000000100000004ab1233e700000100805f339a"))
+        .unwrap();
+    let (id, r) = c.recv().unwrap();
+    assert_eq!((id, r), (1, [0, 0, 0, 255, 0, 0, 0, 255].to_vec()));
+    c.next_id = 2;
+    assert_eq!(c.status(&record(0x110, &[b"a", b"b"])), 0, "SET");
+    assert_eq!(c.get(b"a"), Some(b"b".to_vec()));
+    assert_eq!(c.get(b"zz"), None);
+    assert_eq!(
+        c.status(&record(0x111, &[b"a", b"x", b"c"])),
+        1,
+        "CAS, wrong old"
+    );
+    assert_eq!(c.status(&record(0x111, &[b"a", b"b", b"c"])), 0, "CAS");
+    assert_eq!(
+        c.status(&record(0x112, &[b"a", b"d"])),
+        1,
+        "ADD of a present key"
+    );
+    assert_eq!(c.status(&record(0x112, &[b"n", b"1"])), 0, "ADD");
+    assert_eq!(
+        c.status(&record(0x113, &[b"m", b"1"])),
+        1,
+        "MODIFY of an absent key"
+    );
+    assert_eq!(c.status(&record(0x113, &[b"n", b"2"])), 0, "MODIFY");
+    assert_eq!(c.status(&record(0x121, &[b"n", b"1"])), 1, "CAD, wrong old");
+    assert_eq!(c.status(&record(0x121, &[b"n", b"2"])), 0, "CAD");
+    assert_eq!(
+        c.status(&record(0x120, &[b"n"])),
+        0,
+        "DELETE of an absent key"
+    );
+    assert_eq!(c.get(b"n"), None);
+    let max = vec![0xffu8; 255];
+    assert_eq!(
+        c.status(&record(0x110, &[&max, &max])),
+        0,
+        "255-byte key and value"
+    );
+    assert_eq!(c.get(&max), Some(max.clone()));
+
+    // What kvlds wrote, RESP reads, and the other way round.
+    let mut r = Resp::connect(&server.resp);
+    assert_eq!(r.call(&[b"GET", b"a"]), bulk("c"));
+    assert_eq!(
+        r.call(&[b"SET", b"from-resp", b"yes"]),
+        Val::Ok("OK".into())
+    );
+    assert_eq!(c.get(b"from-resp"), Some(b"yes".to_vec()));
+    // A value kvlds cannot carry closes only that connection.
+    let big = vec![b'v'; 300];
+    assert_eq!(r.call(&[b"SET", b"big", &big]), Val::Ok("OK".into()));
+    let mut c2 = Kvlds::connect(&server.kvlds);
+    c2.send(&record(0x130, &[b"big"]));
+    assert!(
+        c2.recv().is_none(),
+        "a 300-byte value closes the kvlds connection"
+    );
+    assert_eq!(c.get(b"a"), Some(b"c".to_vec()));
+    drop(server);
+}
+
+#[test]
+fn kvlds_range_fills_its_budget_and_says_where_to_go_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = Server::start(&tmp.path().join("store"));
+    let mut c = Kvlds::connect(&server.kvlds);
+    let mut model = BTreeMap::new();
+    // Pipelined: 3,000 SETs in flight, answered in any order.
+    let mut pending = std::collections::HashSet::new();
+    for i in 0..3000u32 {
+        let k = format!("key{i:06}").into_bytes();
+        let v = vec![(i % 251) as u8; 40];
+        pending.insert(c.send(&record(0x110, &[&k, &v])));
+        model.insert(k, v);
+    }
+    while !pending.is_empty() {
+        let (id, r) = c.recv().unwrap();
+        assert_eq!(r, [0, 0, 0, 0]);
+        assert!(pending.remove(&id), "one answer per request");
+    }
+    let all: Vec<_> = model.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    // 1 MiB budget: everything in one call, empty end.
+    let (pairs, next) = c.range(1 << 20, b"", b"");
+    assert_eq!((pairs.len(), next), (3000, Vec::new()));
+    assert_eq!(pairs, all);
+    // A bounded range that fits: next is the end itself.
+    let (pairs, next) = c.range(1 << 20, b"key000100", b"key000200");
+    assert_eq!(pairs, all[100..200].to_vec());
+    assert_eq!(next, b"key000200".to_vec());
+    // A budget of ten pairs: (1 + 9) + (1 + 40) = 51 bytes each.
+    let (pairs, next) = c.range(510, b"", b"");
+    assert_eq!(pairs, all[..10].to_vec());
+    assert_eq!(next, all[10].0);
+    // A budget smaller than one pair still returns one.
+    let (pairs, next) = c.range(1, b"key000005", b"");
+    assert_eq!(pairs, all[5..6].to_vec());
+    assert_eq!(next, all[6].0);
+    // Whole scans, the way kivaloo's client loops, bounded and not.
+    let (got, calls) = c.scan(1000, b"", b"");
+    assert_eq!(got, all);
+    assert_eq!(calls, 3000 / (1000 / 51) + 1);
+    let (got, _) = c.scan(1000, b"key001000", b"key002000");
+    assert_eq!(got, all[1000..2000].to_vec());
+    // An empty or inverted range is done at once.
+    let (pairs, next) = c.range(1000, b"key002000", b"key001000");
+    assert_eq!((pairs.len(), next), (0, b"key001000".to_vec()));
+    drop(server);
+}
+
+#[test]
+fn malformed_input_closes_only_its_own_connection() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = Server::start(&tmp.path().join("store"));
+    let mut good = Kvlds::connect(&server.kvlds);
+    assert_eq!(good.status(&record(0x110, &[b"k", b"v"])), 0);
+    let mut goodr = Resp::connect(&server.resp);
+
+    let bad_packets: Vec<Vec<u8>> = vec![
+        // Header CRC flipped.
+        {
+            let mut p = packet(1, &record(0x130, &[b"k"]));
+            p[13] ^= 1;
+            p
+        },
+        // Record CRC flipped.
+        {
+            let mut p = packet(1, &record(0x130, &[b"k"]));
+            let n = p.len();
+            p[n - 1] ^= 1;
+            p
+        },
+        // Unknown type, fields short, bytes left over.
+        packet(1, &record(0x999, &[])),
+        packet(1, &[0, 0, 1, 0x10, 5, b'a']),
+        packet(1, &[0, 0, 1, 0x30, 1, b'k', 0]),
+        // A header announcing a record far over any valid request.
+        packet(1, &vec![0u8; 100_000])[..16].to_vec(),
+    ];
+    for (i, bad) in bad_packets.iter().enumerate() {
+        let mut c = Kvlds::connect(&server.kvlds);
+        // A valid SET in the same write, before the bad packet, is applied
+        // whole or not at all; after it, nothing.
+        let mut wire = packet(7, &record(0x110, &[b"before", format!("{i}").as_bytes()]));
+        wire.extend_from_slice(bad);
+        wire.extend_from_slice(&packet(8, &record(0x110, &[b"after", b"x"])));
+        c.s.write_all(&wire).unwrap();
+        loop {
+            match c.recv() {
+                Some((7, r)) => assert_eq!(r, [0, 0, 0, 0]),
+                Some(other) => panic!("bad packet {i}: answered {other:?}"),
+                None => break,
+            }
+        }
+        assert_eq!(good.get(b"after"), None, "bad packet {i}");
+        assert_eq!(good.get(b"k"), Some(b"v".to_vec()), "bad packet {i}");
+    }
+
+    // RESP: an oversized bulk string is refused from its header alone.
+    let mut r = Resp::connect(&server.resp);
+    r.w.write_all(b"*3\r\n$3\r\nSET\r\n$1\r\nx\r\n$99999999999\r\n")
+        .unwrap();
+    match r.read() {
+        Some(Val::Err(e)) => assert!(e.contains("bulk"), "{e}"),
+        other => panic!("oversized bulk: {other:?}"),
+    }
+    assert_eq!(r.read(), None, "and the connection is closed");
+    // A frame that is not RESP.
+    let mut r = Resp::connect(&server.resp);
+    r.w.write_all(b"*1\r\n+PING\r\n").unwrap();
+    assert!(matches!(r.read(), Some(Val::Err(_))));
+    assert_eq!(r.read(), None);
+    // Wrong arguments and unknown commands keep the connection.
+    let mut r = Resp::connect(&server.resp);
+    assert!(matches!(r.call(&[b"GET"]), Val::Err(e) if e.contains("wrong number")));
+    assert!(matches!(r.call(&[b"NOSUCH", b"x"]), Val::Err(e) if e.contains("unknown command")));
+    assert!(
+        matches!(r.call(&[b"SET", b"k", b"v", b"EX", b"10"]), Val::Err(e) if e.contains("expiry"))
+    );
+    let long_key = vec![b'k'; 5000];
+    assert!(
+        matches!(r.call(&[b"SET", &long_key, b"v"]), Val::Err(e) if e.contains("key of 5000 bytes"))
+    );
+    assert_eq!(r.call(&[b"PING"]), Val::Ok("PONG".into()));
+    // The well-behaved connections never noticed.
+    assert_eq!(good.get(b"k"), Some(b"v".to_vec()));
+    assert_eq!(goodr.call(&[b"GET", b"k"]), bulk("v"));
+    assert!(server.stop().success(), "SIGTERM stops the server cleanly");
+}
+
+#[test]
+fn resp_commands_and_pipelines() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = Server::start(&tmp.path().join("store"));
+    let mut r = Resp::connect(&server.resp);
+    // A pipeline of writes and reads: replies in order, each read seeing
+    // the writes before it.
+    let mut wire = Vec::new();
+    for i in 0..500 {
+        wire.extend(Resp::encode(&[b"SET", b"p", format!("{i}").as_bytes()]));
+        wire.extend(Resp::encode(&[b"GET", b"p"]));
+        wire.extend(Resp::encode(&[b"INCR", b"n"]));
+    }
+    r.w.write_all(&wire).unwrap();
+    for i in 0..500 {
+        assert_eq!(r.read(), Some(Val::Ok("OK".into())));
+        assert_eq!(r.read(), Some(bulk(&i.to_string())));
+        assert_eq!(r.read(), Some(Val::Int(i + 1)));
+    }
+    assert_eq!(r.call(&[b"SET", b"n", b"x"]), Val::Ok("OK".into()));
+    assert!(matches!(r.call(&[b"INCR", b"n"]), Val::Err(e) if e.contains("not an integer")));
+    assert_eq!(r.call(&[b"SET", b"a", b"1", b"NX"]), Val::Ok("OK".into()));
+    assert_eq!(r.call(&[b"SET", b"a", b"2", b"NX"]), Val::Bulk(None));
+    assert_eq!(r.call(&[b"SET", b"b", b"2", b"XX"]), Val::Bulk(None));
+    assert_eq!(r.call(&[b"SET", b"a", b"3", b"GET"]), bulk("1"));
+    assert_eq!(r.call(&[b"SETNX", b"a", b"4"]), Val::Int(0));
+    assert_eq!(
+        r.call(&[b"MSET", b"b", b"2", b"c", b"3"]),
+        Val::Ok("OK".into())
+    );
+    assert_eq!(
+        r.call(&[b"MGET", b"a", b"b", b"nope"]),
+        Val::Array(vec![bulk("3"), bulk("2"), Val::Bulk(None)])
+    );
+    assert_eq!(r.call(&[b"EXISTS", b"a", b"a", b"nope"]), Val::Int(2));
+    assert_eq!(r.call(&[b"STRLEN", b"a"]), Val::Int(1));
+    assert_eq!(r.call(&[b"CAS", b"a", b"3", b"5"]), Val::Int(1));
+    assert_eq!(r.call(&[b"CAS", b"a", b"3", b"6"]), Val::Int(0));
+    assert_eq!(r.call(&[b"CAD", b"c", b"3"]), Val::Int(1));
+    assert_eq!(r.call(&[b"GETDEL", b"b"]), bulk("2"));
+    assert_eq!(r.call(&[b"GETDEL", b"b"]), Val::Bulk(None));
+    assert_eq!(r.call(&[b"DEL", b"a", b"a", b"nope", b"p"]), Val::Int(2));
+    assert_eq!(r.call(&[b"DECRBY", b"m", b"5"]), Val::Int(-5));
+    assert_eq!(r.call(&[b"DBSIZE"]), Val::Int(2));
+    // RANGE and SCAN in key order.
+    for i in 0..30 {
+        r.send(&[b"SET", format!("s{i:02}").as_bytes(), b"v"]);
+    }
+    for _ in 0..30 {
+        r.read();
+    }
+    let Val::Array(flat) = r.call(&[b"RANGE", b"s05", b"s08"]) else {
+        panic!()
+    };
+    assert_eq!(
+        flat,
+        vec![
+            bulk("s05"),
+            bulk("v"),
+            bulk("s06"),
+            bulk("v"),
+            bulk("s07"),
+            bulk("v")
+        ]
+    );
+    let Val::Array(flat) = r.call(&[b"RANGE", b"s05", b"", b"LIMIT", b"1"]) else {
+        panic!()
+    };
+    assert_eq!(flat, vec![bulk("s05"), bulk("v")]);
+    let mut cursor = b"0".to_vec();
+    let mut seen = Vec::new();
+    loop {
+        let Val::Array(v) = r.call(&[b"SCAN", &cursor, b"MATCH", b"s1*", b"COUNT", b"7"]) else {
+            panic!()
+        };
+        let [Val::Bulk(Some(next)), Val::Array(keys)] = &v[..] else {
+            panic!("{v:?}")
+        };
+        for k in keys {
+            let Val::Bulk(Some(k)) = k else { panic!() };
+            seen.push(String::from_utf8(k.clone()).unwrap());
+        }
+        cursor = next.clone();
+        if cursor == b"0" {
+            break;
+        }
+        // Another connection may continue the scan.
+        r = Resp::connect(&server.resp);
+    }
+    let want: Vec<String> = (10..20).map(|i| format!("s{i}")).collect();
+    assert_eq!(seen, want);
+    drop(server);
+}
+
+/// Several connections pipeline writes (RESP and kvlds); the server is
+/// killed with SIGKILL at a random moment; after a restart every write
+/// that was answered is there.
+#[test]
+fn every_acknowledged_write_survives_kill_9() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let mut seed = std::process::id() as u64 ^ 0x9e37_79b9_7f4a_7c15;
+    let mut rand = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    for round in 0..3u64 {
+        let server = Server::start(&store);
+        let acked: Arc<Mutex<BTreeMap<Vec<u8>, Vec<u8>>>> = Arc::default();
+        let dead = Arc::new(AtomicBool::new(false));
+        let mut writers = Vec::new();
+        for w in 0..4u64 {
+            let (acked, dead) = (acked.clone(), dead.clone());
+            let (resp, kvlds) = (server.resp.clone(), server.kvlds.clone());
+            writers.push(std::thread::spawn(move || {
+                // Each writer owns its keys, so the last value answered
+                // for a key is the one that must survive.
+                let mut i = 0u64;
+                if w % 2 == 0 {
+                    let mut r = Resp::connect(&resp);
+                    while !dead.load(Ordering::Relaxed) {
+                        let batch: Vec<(Vec<u8>, Vec<u8>)> = (0..64)
+                            .map(|j| {
+                                (
+                                    format!("r{round}-w{w}-k{}", j % 50).into_bytes(),
+                                    format!("{i}-{j}").into_bytes(),
+                                )
+                            })
+                            .collect();
+                        let mut wire = Vec::new();
+                        for (k, v) in &batch {
+                            wire.extend(Resp::encode(&[b"SET", k, v]));
+                        }
+                        if r.w.write_all(&wire).is_err() {
+                            return;
+                        }
+                        for (k, v) in batch {
+                            match r.read() {
+                                Some(Val::Ok(_)) => {
+                                    acked.lock().unwrap().insert(k, v);
+                                }
+                                _ => return,
+                            }
+                        }
+                        i += 1;
+                    }
+                } else {
+                    let mut c = Kvlds::connect(&kvlds);
+                    while !dead.load(Ordering::Relaxed) {
+                        let mut sent = BTreeMap::new();
+                        let mut order = Vec::new();
+                        for j in 0..64u64 {
+                            let k = format!("k{round}-w{w}-k{}", j % 50).into_bytes();
+                            let v = format!("{i}-{j}").into_bytes();
+                            let id = c.next_id;
+                            c.next_id += 1;
+                            if c.s
+                                .write_all(&packet(id, &record(0x110, &[&k, &v])))
+                                .is_err()
+                            {
+                                return;
+                            }
+                            sent.insert(id, (k, v));
+                            order.push(id);
+                        }
+                        // Answers may come in any order; a key's value is
+                        // acknowledged once it and every earlier write of
+                        // the key are answered (writes of one key apply in
+                        // the order sent).
+                        let mut answered = std::collections::HashSet::new();
+                        while answered.len() < order.len() {
+                            match c.recv() {
+                                Some((id, r)) if r == [0, 0, 0, 0] => {
+                                    answered.insert(id);
+                                }
+                                _ => return,
+                            }
+                            let mut a = acked.lock().unwrap();
+                            for id in &order {
+                                if !answered.contains(id) {
+                                    break;
+                                }
+                                let (k, v) = &sent[id];
+                                a.insert(k.clone(), v.clone());
+                            }
+                        }
+                        i += 1;
+                    }
+                }
+            }));
+        }
+        std::thread::sleep(Duration::from_millis(200 + rand() % 800));
+        dead.store(true, Ordering::Relaxed);
+        server.kill9();
+        for w in writers {
+            w.join().unwrap();
+        }
+        let acked = acked.lock().unwrap().clone();
+        assert!(
+            acked.len() > 10,
+            "round {round}: only {} writes answered",
+            acked.len()
+        );
+        let server = Server::start(&store);
+        let mut c = Kvlds::connect(&server.kvlds);
+        for (k, v) in &acked {
+            let got = c
+                .get(k)
+                .unwrap_or_else(|| panic!("round {round}: {} lost", String::from_utf8_lossy(k)));
+            // A later write of the key may have applied without its answer
+            // arriving; it must then be a later one of the same writer.
+            if &got != v {
+                let seq = |b: &[u8]| -> (u64, u64) {
+                    let s = String::from_utf8(b.to_vec()).unwrap();
+                    let (a, b) = s.split_once('-').unwrap();
+                    (a.parse().unwrap(), b.parse().unwrap())
+                };
+                assert!(
+                    seq(&got) > seq(v),
+                    "round {round}: {} went back from {} to {}",
+                    String::from_utf8_lossy(k),
+                    String::from_utf8_lossy(v),
+                    String::from_utf8_lossy(&got)
+                );
+            }
+        }
+        drop(c);
+        assert!(server.stop().success());
+    }
+}

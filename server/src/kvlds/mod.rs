@@ -1,0 +1,230 @@
+//! The kvlds listener: kivaloo's binary protocol, byte for byte as
+//! `shared/specs/kivaloo-protocol.md` gives it. Requests are answered in
+//! any order: reads at once, writes once the commit holding them is
+//! durable. A connection keeps at most `MAX_IN_FLIGHT` requests
+//! unanswered; past that it is not read until answers go out.
+
+pub mod packet;
+pub mod request;
+
+use crate::listen::Stream;
+use crate::Shared;
+use kivi::{WriteBatch, WriteOutcome};
+use request::{Request, MAX_LEN, NOT_DONE, OK};
+use std::ops::Bound;
+use std::sync::Arc;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, WriteHalf};
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
+
+/// Requests a connection may have unanswered (kivaloo's tools keep 4,096).
+pub const MAX_IN_FLIGHT: usize = 4096;
+/// A RANGE answer holds at most this many bytes of pairs, whatever budget
+/// the request gives.
+pub const MAX_RANGE_BYTES: u32 = 4 << 20;
+/// Answers are gathered up to this many bytes per socket write.
+const WRITE_CHUNK: usize = 256 << 10;
+
+enum Out {
+    /// A response packet; the permit is its request's place in flight.
+    Packet(Vec<u8>, OwnedSemaphorePermit),
+    /// Close the connection after what was sent before, logging why.
+    Close(String),
+}
+
+/// Serves one connection until the peer closes it, it breaks the protocol,
+/// or the server stops (then requests already read are answered first).
+pub async fn serve(stream: Box<dyn Stream>, peer: String, shared: Arc<Shared>) {
+    let (mut rd, wr) = tokio::io::split(stream);
+    let (out, out_rx) = mpsc::unbounded_channel::<Out>();
+    let (closed_tx, mut closed) = watch::channel(false);
+    let writer = tokio::spawn(write_loop(wr, out_rx, peer.clone(), closed_tx));
+    let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+    let mut stop = shared.stop.clone();
+    let mut buf: Vec<u8> = Vec::with_capacity(64 << 10);
+    'conn: loop {
+        let mut used = 0;
+        loop {
+            let packet = match packet::parse(&buf[used..]) {
+                Ok(Some(p)) => p,
+                Ok(None) => break,
+                Err(e) => {
+                    let _ = out.send(Out::Close(format!("malformed packet: {e}")));
+                    break 'conn;
+                }
+            };
+            used += packet.len;
+            let (id, record) = (packet.id, packet.record.to_vec());
+            let permit = tokio::select! {
+                p = in_flight.clone().acquire_owned() => p.expect("never closed"),
+                _ = closed.changed() => break 'conn,
+            };
+            if let Err(reason) = handle(&shared, &out, id, &record, permit).await {
+                let _ = out.send(Out::Close(reason));
+                break 'conn;
+            }
+        }
+        buf.drain(..used);
+        tokio::select! {
+            r = rd.read_buf(&mut buf) => match r {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(e) => {
+                    let _ = out.send(Out::Close(format!("read failed: {e}")));
+                    break;
+                }
+            },
+            _ = closed.changed() => break,
+            _ = stop.changed() => break,
+        }
+    }
+    // The writer ends once every answer in flight has been sent (the
+    // pending writes hold senders of `out`).
+    drop(out);
+    let _ = writer.await;
+}
+
+/// Answers one request, or says why the connection must close.
+async fn handle(
+    shared: &Shared,
+    out: &mpsc::UnboundedSender<Out>,
+    id: u64,
+    record: &[u8],
+    permit: OwnedSemaphorePermit,
+) -> Result<(), String> {
+    let req = request::parse(record).map_err(|e| format!("malformed request: {e}"))?;
+    let reply = move |record: Vec<u8>, permit| {
+        let mut p = Vec::with_capacity(packet::HEADER_LEN + record.len() + 4);
+        packet::write(&mut p, id, &record);
+        Out::Packet(p, permit)
+    };
+    if !req.is_write() {
+        let record = match req {
+            Request::Params => request::params(),
+            Request::Get { key } => match shared.db.get(key) {
+                Ok(Some(v)) if v.len() > MAX_LEN => {
+                    return Err(format!(
+                        "GET: the value is {} bytes, more than this protocol carries ({MAX_LEN})",
+                        v.len()
+                    ))
+                }
+                Ok(Some(v)) => request::get_found(&v),
+                Ok(None) => request::status(NOT_DONE),
+                Err(e) => return Err(format!("GET failed: {e}")),
+            },
+            Request::Range {
+                max_bytes,
+                start,
+                end,
+            } => range(shared, max_bytes, start, end)?,
+            _ => unreachable!("writes are handled below"),
+        };
+        let _ = out.send(reply(record, permit));
+        return Ok(());
+    }
+    let mut b = WriteBatch::new();
+    let built = match req {
+        Request::Set { key, value } => b.put(key, value).map(|_| ()),
+        Request::Cas { key, old, new } => b.compare_and_swap(key, old, new).map(|_| ()),
+        Request::Add { key, value } => b.insert_if_absent(key, value).map(|_| ()),
+        Request::Modify { key, value } => b.update_if_present(key, value).map(|_| ()),
+        Request::Delete { key } => b.delete(key).map(|_| ()),
+        Request::Cad { key, old } => b.compare_and_delete(key, old).map(|_| ()),
+        _ => unreachable!("reads are handled above"),
+    };
+    // Keys and values of at most 255 bytes are within kivi's limits.
+    built.map_err(|e| format!("request refused: {e}"))?;
+    let out = out.clone();
+    let done = Box::new(move |r: kivi::Result<WriteOutcome>| {
+        let msg = match r {
+            Ok(WriteOutcome::Applied) => reply(request::status(OK), permit),
+            Ok(WriteOutcome::ConditionFailed { .. }) => reply(request::status(NOT_DONE), permit),
+            // The protocol has no error status: close rather than answer
+            // anything wrong.
+            Err(e) => Out::Close(format!("a write failed: {e}")),
+        };
+        let _ = out.send(msg);
+    });
+    shared.committer.submit(b, done).await;
+    Ok(())
+}
+
+/// A RANGE answer: pairs with start <= key < end (to the end of the
+/// keyspace if `end` is empty), filling the byte budget; at least one pair
+/// if any is in range. `next` is where the next request continues: the
+/// first key not returned, or when done, `end` (empty for an empty end).
+fn range(shared: &Shared, max_bytes: u32, start: &[u8], end: &[u8]) -> Result<Vec<u8>, String> {
+    let budget = max_bytes.min(MAX_RANGE_BYTES) as usize;
+    let upper = if end.is_empty() {
+        Bound::Unbounded
+    } else {
+        Bound::Excluded(end)
+    };
+    let mut pairs = Vec::new();
+    let mut count = 0u32;
+    let mut next: &[u8] = end;
+    let mut stopped_at = None;
+    if end.is_empty() || start < end {
+        for item in shared.db.range::<&[u8], _>((Bound::Included(start), upper)) {
+            let (k, v) = item.map_err(|e| format!("RANGE failed: {e}"))?;
+            if k.len() > MAX_LEN || v.len() > MAX_LEN {
+                return Err(format!(
+                    "RANGE: a pair of {}+{} bytes is more than this protocol carries ({MAX_LEN})",
+                    k.len(),
+                    v.len()
+                ));
+            }
+            let size = 2 + k.len() + v.len();
+            if count > 0 && pairs.len() + size > budget {
+                stopped_at = Some(k);
+                break;
+            }
+            request::push_string(&mut pairs, &k);
+            request::push_string(&mut pairs, &v);
+            count += 1;
+        }
+    }
+    if let Some(k) = &stopped_at {
+        next = k;
+    }
+    Ok(request::range(count, next, &pairs))
+}
+
+async fn write_loop(
+    mut wr: WriteHalf<Box<dyn Stream>>,
+    mut rx: mpsc::UnboundedReceiver<Out>,
+    peer: String,
+    closed: watch::Sender<bool>,
+) {
+    let mut buf = Vec::with_capacity(WRITE_CHUNK);
+    let mut permits = Vec::new();
+    while let Some(first) = rx.recv().await {
+        let mut close = None;
+        let mut next = Some(first);
+        while let Some(msg) = next.take() {
+            match msg {
+                Out::Packet(p, permit) => {
+                    buf.extend_from_slice(&p);
+                    permits.push(permit);
+                }
+                Out::Close(reason) => {
+                    close = Some(reason);
+                    break;
+                }
+            }
+            if buf.len() < WRITE_CHUNK {
+                next = rx.try_recv().ok();
+            }
+        }
+        if wr.write_all(&buf).await.is_err() {
+            break;
+        }
+        buf.clear();
+        permits.clear();
+        if let Some(reason) = close {
+            eprintln!("kivi serve: kvlds connection from {peer} closed: {reason}");
+            break;
+        }
+    }
+    let _ = wr.shutdown().await;
+    let _ = closed.send(true);
+}

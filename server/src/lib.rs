@@ -1,0 +1,230 @@
+//! `kivi serve`: a kivi store served over TCP or Unix sockets to many
+//! clients at once, in two protocols: RESP (so Redis clients work) and
+//! kivaloo's kvlds protocol. Writes from every connection share group
+//! commits (`committer`); each is answered only once durable. Reads are
+//! answered from the newest published version, which holds every write
+//! answered before, so a client that saw a reply sees its effect on any
+//! connection, across restarts too.
+//!
+//! Sockets are served by tokio; the store's own calls are blocking and
+//! short (reads come from memory or one positioned read per missing page),
+//! so they run on the tokio workers; writes wait on the commit thread, not
+//! on a worker.
+
+pub mod committer;
+pub mod cursors;
+pub mod info;
+pub mod kvlds;
+pub mod listen;
+pub mod resp;
+
+use committer::Committer;
+use cursors::Cursors;
+use kivi::Db;
+use listen::{Addr, Listener};
+use parking_lot::Mutex;
+use std::io;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::{watch, Semaphore};
+use tokio::task::JoinSet;
+
+/// Default bound on open connections, over both listeners.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+/// How long a stopping server waits for its connections to answer what
+/// they read before it closes the store anyway.
+const STOP_GRACE: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub resp: Option<Addr>,
+    pub kvlds: Option<Addr>,
+    pub max_connections: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            resp: Some(Addr::Tcp("127.0.0.1:6380".into())),
+            kvlds: None,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+        }
+    }
+}
+
+/// What every connection shares.
+pub struct Shared {
+    pub db: Db,
+    pub committer: Committer,
+    /// Turns true when the server stops.
+    pub stop: watch::Receiver<bool>,
+    pub cursors: Mutex<Cursors>,
+    next_client_id: AtomicU64,
+    pub connections: AtomicUsize,
+    pub started: Instant,
+    /// The RESP listener's TCP port (0 if none), for INFO.
+    pub resp_port: u16,
+}
+
+impl Shared {
+    pub fn next_client_id(&self) -> u64 {
+        self.next_client_id.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Protocol {
+    Resp,
+    Kvlds,
+}
+
+/// Serves `db` until SIGTERM or SIGINT, then stops accepting, lets every
+/// connection answer what it has read, and closes the store. `ready` is
+/// called once every listener is bound, with (protocol, address) pairs.
+pub fn run(db: Db, config: Config, ready: impl FnOnce(&[(&str, String)])) -> io::Result<()> {
+    if config.resp.is_none() && config.kvlds.is_none() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "no listener: give --resp or --kvlds",
+        ));
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("kivi-serve")
+        .build()?;
+    let (committer, commit_thread) = Committer::start(db.clone());
+    let result = rt.block_on(serve(db.clone(), committer, config, ready));
+    // Every connection is gone; with the last `Committer` dropped the
+    // commit thread drains its queue and ends.
+    drop(rt);
+    let _ = commit_thread.join();
+    let closed = db.close().map_err(io::Error::other);
+    result.and(closed)
+}
+
+async fn serve(
+    db: Db,
+    committer: Committer,
+    config: Config,
+    ready: impl FnOnce(&[(&str, String)]),
+) -> io::Result<()> {
+    let mut listeners = Vec::new();
+    for (addr, proto) in [
+        (&config.resp, Protocol::Resp),
+        (&config.kvlds, Protocol::Kvlds),
+    ] {
+        if let Some(a) = addr {
+            let l = Listener::bind(a)
+                .await
+                .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {a}: {e}")))?;
+            listeners.push((l, proto));
+        }
+    }
+    let bound: Vec<(&str, String)> = listeners
+        .iter()
+        .map(|(l, p)| {
+            let name = match p {
+                Protocol::Resp => "resp",
+                Protocol::Kvlds => "kvlds",
+            };
+            (name, l.local_addr())
+        })
+        .collect();
+    let resp_port = bound
+        .iter()
+        .find(|(p, _)| *p == "resp")
+        .and_then(|(_, a)| a.rsplit_once(':'))
+        .and_then(|(_, port)| port.parse().ok())
+        .unwrap_or(0);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let shared = Arc::new(Shared {
+        db,
+        committer,
+        stop: stop_rx,
+        cursors: Mutex::new(Cursors::new(u64::from(std::process::id()) << 20)),
+        next_client_id: AtomicU64::new(1),
+        connections: AtomicUsize::new(0),
+        started: Instant::now(),
+        resp_port,
+    });
+    ready(&bound);
+    let slots = Arc::new(Semaphore::new(config.max_connections));
+    let mut accept_loops = JoinSet::new();
+    for (l, proto) in listeners {
+        accept_loops.spawn(accept_loop(l, proto, shared.clone(), slots.clone()));
+    }
+    wait_for_signal().await;
+    eprintln!("kivi serve: stopping: no new connections; answering what was read");
+    let _ = stop_tx.send(true);
+    while accept_loops.join_next().await.is_some() {}
+    drop(shared);
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("install a SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("install a SIGINT handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}
+
+/// Accepts connections until the server stops, then waits (at most
+/// `STOP_GRACE`) for the ones it accepted to finish.
+async fn accept_loop(l: Listener, proto: Protocol, shared: Arc<Shared>, slots: Arc<Semaphore>) {
+    let mut conns = JoinSet::new();
+    let mut stop = shared.stop.clone();
+    loop {
+        let accepted = tokio::select! {
+            a = l.accept() => a,
+            _ = stop.changed() => break,
+            // Reap finished connections as they go.
+            Some(_) = conns.join_next(), if !conns.is_empty() => continue,
+        };
+        let (mut stream, peer) = match accepted {
+            Ok(x) => x,
+            Err(e) => {
+                // Out of descriptors, or the peer gave up: keep accepting,
+                // after a pause so a persistent error does not spin.
+                eprintln!("kivi serve: accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            eprintln!("kivi serve: refused a connection from {peer}: at the connection limit");
+            if proto == Protocol::Resp {
+                use tokio::io::AsyncWriteExt;
+                let _ = stream
+                    .write_all(b"-ERR max number of clients reached\r\n")
+                    .await;
+            }
+            continue;
+        };
+        let shared = shared.clone();
+        conns.spawn(async move {
+            shared.connections.fetch_add(1, Ordering::Relaxed);
+            match proto {
+                Protocol::Resp => resp::serve(stream, peer, shared.clone()).await,
+                Protocol::Kvlds => kvlds::serve(stream, peer, shared.clone()).await,
+            }
+            shared.connections.fetch_sub(1, Ordering::Relaxed);
+            drop(slot);
+        });
+    }
+    drop(l);
+    let drained = tokio::time::timeout(STOP_GRACE, async {
+        while conns.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        eprintln!(
+            "kivi serve: {} connections still busy after {STOP_GRACE:?}; closing anyway",
+            conns.len()
+        );
+        conns.abort_all();
+    }
+}

@@ -1,0 +1,625 @@
+//! What each RESP command does. Plain writes (`write_plan`) become one
+//! batch each and are pipelined: many wait for the same commit. Everything
+//! else (`execute`) runs after the connection's earlier writes are
+//! answered, so a pipeline reads its own writes; commands that read and
+//! then write (INCR, DEL's count, SET ... GET, GETDEL) retry a conditional
+//! batch until no other write came between.
+
+use super::glob;
+use super::reply::Reply;
+use crate::Shared;
+use kivi::{WriteBatch, WriteOutcome};
+use std::ops::Bound;
+
+/// Pairs a RANGE returns at most (and without LIMIT).
+pub const MAX_RANGE_PAIRS: usize = 100_000;
+/// Keys a SCAN looks at per call, at most, whatever COUNT says.
+const MAX_SCAN_COUNT: usize = 100_000;
+/// Retries of a read-then-write command before it gives up (each retry
+/// means another client changed the key in between).
+const MAX_RETRIES: usize = 1000;
+
+/// Per-connection state the handshake commands change.
+#[derive(Debug, Default)]
+pub struct Session {
+    pub id: u64,
+    pub resp3: bool,
+    pub name: Option<Vec<u8>>,
+    pub quit: bool,
+}
+
+/// How a plain write's outcome becomes its reply.
+pub type Answer = fn(WriteOutcome) -> Reply;
+
+fn upper(name: &[u8]) -> String {
+    String::from_utf8_lossy(name).to_ascii_uppercase()
+}
+
+fn wrong_args(cmd: &str) -> Reply {
+    Reply::err(format!(
+        "wrong number of arguments for '{}' command",
+        cmd.to_ascii_lowercase()
+    ))
+}
+
+fn refused(e: kivi::Error) -> Reply {
+    if e.is_full() {
+        Reply::err(format!("disk full, write refused: {e}"))
+    } else {
+        Reply::err(e.to_string())
+    }
+}
+
+fn syntax() -> Reply {
+    Reply::err("syntax error")
+}
+
+const NO_EXPIRY: &str = "kivi has no expiry: EX, PX, EXAT, PXAT and KEEPTTL are not supported";
+
+/// SET's options: NX / XX / GET; expiry options are refused.
+struct SetOptions {
+    nx: bool,
+    xx: bool,
+    get: bool,
+}
+
+fn set_options(args: &[Vec<u8>]) -> Result<SetOptions, Reply> {
+    let mut o = SetOptions {
+        nx: false,
+        xx: false,
+        get: false,
+    };
+    for a in args {
+        match upper(a).as_str() {
+            "NX" => o.nx = true,
+            "XX" => o.xx = true,
+            "GET" => o.get = true,
+            "EX" | "PX" | "EXAT" | "PXAT" | "KEEPTTL" => return Err(Reply::err(NO_EXPIRY)),
+            _ => return Err(syntax()),
+        }
+    }
+    if o.nx && o.xx {
+        return Err(syntax());
+    }
+    Ok(o)
+}
+
+/// The batch for a plain write and how to answer it, if `args` is one:
+/// `None` for any other command; `Some(Err(reply))` for a write refused
+/// before it reaches the store.
+pub fn write_plan(args: &[Vec<u8>]) -> Option<Result<(WriteBatch, Answer), Reply>> {
+    let cmd = upper(&args[0]);
+    let mut b = WriteBatch::new();
+    let built: kivi::Result<Answer> = match cmd.as_str() {
+        "SET" => {
+            if args.len() < 3 {
+                return Some(Err(wrong_args(&cmd)));
+            }
+            let o = match set_options(&args[3..]) {
+                Ok(o) => o,
+                Err(r) => return Some(Err(r)),
+            };
+            if o.get {
+                return None;
+            }
+            let (k, v) = (args[1].clone(), args[2].clone());
+            let r = if o.nx {
+                b.insert_if_absent(k, v)
+            } else if o.xx {
+                b.update_if_present(k, v)
+            } else {
+                b.put(k, v)
+            };
+            r.map(|_| ok_or_nil as Answer)
+        }
+        "SETNX" => {
+            if args.len() != 3 {
+                return Some(Err(wrong_args(&cmd)));
+            }
+            b.insert_if_absent(args[1].clone(), args[2].clone())
+                .map(|_| int_outcome as Answer)
+        }
+        "MSET" => {
+            if args.len() < 3 || args.len().is_multiple_of(2) {
+                return Some(Err(wrong_args(&cmd)));
+            }
+            args[1..]
+                .chunks(2)
+                .try_for_each(|kv| b.put(kv[0].clone(), kv[1].clone()).map(|_| ()))
+                .map(|_| (|_| Reply::ok()) as Answer)
+        }
+        "CAS" => {
+            if args.len() != 4 {
+                return Some(Err(wrong_args(&cmd)));
+            }
+            b.compare_and_swap(args[1].clone(), args[2].clone(), args[3].clone())
+                .map(|_| int_outcome as Answer)
+        }
+        "CAD" => {
+            if args.len() != 3 {
+                return Some(Err(wrong_args(&cmd)));
+            }
+            b.compare_and_delete(args[1].clone(), args[2].clone())
+                .map(|_| int_outcome as Answer)
+        }
+        _ => return None,
+    };
+    Some(built.map(|answer| (b, answer)).map_err(refused))
+}
+
+fn ok_or_nil(o: WriteOutcome) -> Reply {
+    match o {
+        WriteOutcome::Applied => Reply::ok(),
+        WriteOutcome::ConditionFailed { .. } => Reply::Null,
+    }
+}
+
+fn int_outcome(o: WriteOutcome) -> Reply {
+    Reply::Int(i64::from(o == WriteOutcome::Applied))
+}
+
+/// Submits `b` and waits for its outcome.
+pub async fn write(shared: &Shared, b: WriteBatch) -> kivi::Result<WriteOutcome> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    shared
+        .committer
+        .submit(
+            b,
+            Box::new(move |r| {
+                let _ = tx.send(r);
+            }),
+        )
+        .await;
+    rx.await.unwrap_or(Err(kivi::Error::Closed))
+}
+
+fn get(shared: &Shared, key: &[u8]) -> Result<Option<Vec<u8>>, Reply> {
+    shared.db.get(key).map_err(|e| Reply::err(e.to_string()))
+}
+
+/// Runs any command but the plain writes.
+pub async fn execute(shared: &Shared, s: &mut Session, args: Vec<Vec<u8>>) -> Reply {
+    let cmd = upper(&args[0]);
+    let n = args.len();
+    let r = match cmd.as_str() {
+        "PING" => match n {
+            1 => Ok(Reply::Simple("PONG")),
+            2 => Ok(Reply::bulk(args[1].clone())),
+            _ => Err(wrong_args(&cmd)),
+        },
+        "ECHO" if n == 2 => Ok(Reply::bulk(args[1].clone())),
+        "GET" if n == 2 => get(shared, &args[1]).map(|v| v.map_or(Reply::Null, Reply::Bulk)),
+        "STRLEN" if n == 2 => {
+            get(shared, &args[1]).map(|v| Reply::Int(v.map_or(0, |v| v.len() as i64)))
+        }
+        "EXISTS" if n >= 2 => args[1..]
+            .iter()
+            .map(|k| get(shared, k).map(|v| i64::from(v.is_some())))
+            .sum::<Result<i64, Reply>>()
+            .map(Reply::Int),
+        "MGET" if n >= 2 => args[1..]
+            .iter()
+            .map(|k| get(shared, k).map(|v| v.map_or(Reply::Null, Reply::Bulk)))
+            .collect::<Result<Vec<_>, _>>()
+            .map(Reply::Array),
+        "DBSIZE" if n == 1 => shared
+            .db
+            .stats()
+            .map(|st| Reply::Int(st.pairs as i64))
+            .map_err(|e| Reply::err(e.to_string())),
+        "SCAN" if n >= 2 => scan(shared, &args),
+        "RANGE" if n == 3 || n == 5 => range(shared, &args),
+        "SET" if n >= 3 => set_get(shared, &args).await,
+        "GETDEL" if n == 2 => getdel(shared, &args[1]).await,
+        "DEL" if n >= 2 => del(shared, &args[1..]).await,
+        "INCR" if n == 2 => incr(shared, &args[1], 1).await,
+        "DECR" if n == 2 => incr(shared, &args[1], -1).await,
+        "INCRBY" | "DECRBY" if n == 3 => match parse_i64(&args[2]) {
+            Some(by) if cmd == "INCRBY" => incr(shared, &args[1], by).await,
+            Some(by) => match by.checked_neg() {
+                Some(by) => incr(shared, &args[1], by).await,
+                None => Err(Reply::err("decrement would overflow")),
+            },
+            None => Err(not_an_integer()),
+        },
+        "INFO" => Ok(Reply::bulk(crate::info::render(shared, &args[1..]))),
+        "HELLO" => hello(s, &args),
+        "CLIENT" if n >= 2 => client(s, &args),
+        "COMMAND" => Ok(command(s, &args)),
+        "CONFIG" if n >= 2 => config(&args),
+        "SELECT" if n == 2 => match parse_i64(&args[1]) {
+            Some(0) => Ok(Reply::ok()),
+            Some(_) => Err(Reply::err("DB index is out of range")),
+            None => Err(not_an_integer()),
+        },
+        "QUIT" if n == 1 => {
+            s.quit = true;
+            Ok(Reply::ok())
+        }
+        "ECHO" | "GET" | "STRLEN" | "EXISTS" | "MGET" | "DBSIZE" | "SCAN" | "RANGE" | "SET"
+        | "GETDEL" | "DEL" | "INCR" | "DECR" | "INCRBY" | "DECRBY" | "CLIENT" | "CONFIG"
+        | "SELECT" | "QUIT" => Err(wrong_args(&cmd)),
+        _ => Err(unknown(&args)),
+    };
+    r.unwrap_or_else(|e| e)
+}
+
+fn unknown(args: &[Vec<u8>]) -> Reply {
+    let shown = |b: &[u8]| String::from_utf8_lossy(&b[..b.len().min(128)]).into_owned();
+    let rest: Vec<String> = args[1..]
+        .iter()
+        .take(8)
+        .map(|a| format!("'{}'", shown(a)))
+        .collect();
+    Reply::err(format!(
+        "unknown command '{}', with args beginning with: {}",
+        shown(&args[0]),
+        rest.join(" ")
+    ))
+}
+
+fn not_an_integer() -> Reply {
+    Reply::err("value is not an integer or out of range")
+}
+
+fn parse_i64(b: &[u8]) -> Option<i64> {
+    let s = std::str::from_utf8(b).ok()?;
+    // Redis refuses "+1", " 1" and "01"; so does this.
+    if s.is_empty()
+        || s.starts_with('+')
+        || (s.len() > 1 && s.starts_with('0'))
+        || s.starts_with("-0")
+    {
+        return None;
+    }
+    s.parse().ok()
+}
+
+/// Reads `key`, builds a conditional batch from what it found, and retries
+/// while another write to the key came in between.
+async fn read_then_write<T>(
+    shared: &Shared,
+    key: &[u8],
+    mut plan: impl FnMut(Option<Vec<u8>>) -> Result<Option<(WriteBatch, T)>, Reply>,
+) -> Result<T, Reply>
+where
+    T: Clone,
+{
+    for _ in 0..MAX_RETRIES {
+        let old = get(shared, key)?;
+        let Some((b, answer)) = plan(old)? else {
+            unreachable!("plans here always write")
+        };
+        match write(shared, b).await {
+            Ok(WriteOutcome::Applied) => return Ok(answer),
+            Ok(WriteOutcome::ConditionFailed { .. }) => continue,
+            Err(e) => return Err(refused(e)),
+        }
+    }
+    Err(Reply::err("the key changed under every retry; try again"))
+}
+
+/// A batch that applies only if `key` still holds `old` (or is still
+/// absent), followed by `then`.
+fn guarded(
+    key: &[u8],
+    old: &Option<Vec<u8>>,
+    then: impl FnOnce(&mut WriteBatch) -> kivi::Result<()>,
+) -> Result<WriteBatch, Reply> {
+    let mut b = WriteBatch::new();
+    let r = match old {
+        Some(v) => b
+            .compare_and_swap(key.to_vec(), v.clone(), v.clone())
+            .map(|_| ()),
+        // No "is absent" condition exists on its own: insert a placeholder
+        // only if absent, and let `then` overwrite or delete it.
+        None => b.insert_if_absent(key.to_vec(), Vec::new()).map(|_| ()),
+    };
+    r.and_then(|_| then(&mut b)).map_err(refused)?;
+    Ok(b)
+}
+
+async fn incr(shared: &Shared, key: &[u8], by: i64) -> Result<Reply, Reply> {
+    read_then_write(shared, key, |old| {
+        let current = match &old {
+            None => 0,
+            Some(v) => parse_i64(v).ok_or_else(not_an_integer)?,
+        };
+        let new = current
+            .checked_add(by)
+            .ok_or_else(|| Reply::err("increment or decrement would overflow"))?;
+        let b = guarded(key, &old, |b| {
+            b.put(key.to_vec(), new.to_string().into_bytes())
+                .map(|_| ())
+        })?;
+        Ok(Some((b, Reply::Int(new))))
+    })
+    .await
+}
+
+async fn getdel(shared: &Shared, key: &[u8]) -> Result<Reply, Reply> {
+    for _ in 0..MAX_RETRIES {
+        let Some(old) = get(shared, key)? else {
+            return Ok(Reply::Null);
+        };
+        let mut b = WriteBatch::new();
+        b.compare_and_delete(key.to_vec(), old.clone())
+            .map_err(refused)?;
+        match write(shared, b).await {
+            Ok(WriteOutcome::Applied) => return Ok(Reply::Bulk(old)),
+            Ok(WriteOutcome::ConditionFailed { .. }) => continue,
+            Err(e) => return Err(refused(e)),
+        }
+    }
+    Err(Reply::err("the key changed under every retry; try again"))
+}
+
+/// DEL: how many of the keys existed, all deleted in one atomic batch
+/// that checks each present one still holds what was read.
+async fn del(shared: &Shared, keys: &[Vec<u8>]) -> Result<Reply, Reply> {
+    let mut unique: Vec<&Vec<u8>> = keys.iter().collect();
+    unique.sort();
+    unique.dedup();
+    for _ in 0..MAX_RETRIES {
+        let mut b = WriteBatch::new();
+        let mut count = 0;
+        for k in &unique {
+            if let Some(v) = get(shared, k)? {
+                b.compare_and_delete(k.to_vec(), v).map_err(refused)?;
+                count += 1;
+            }
+        }
+        if count == 0 {
+            return Ok(Reply::Int(0));
+        }
+        match write(shared, b).await {
+            Ok(WriteOutcome::Applied) => return Ok(Reply::Int(count)),
+            Ok(WriteOutcome::ConditionFailed { .. }) => continue,
+            Err(e) => return Err(refused(e)),
+        }
+    }
+    Err(Reply::err("the keys changed under every retry; try again"))
+}
+
+/// SET with GET (plain SETs are pipelined writes): the old value, or nil.
+async fn set_get(shared: &Shared, args: &[Vec<u8>]) -> Result<Reply, Reply> {
+    let o = set_options(&args[3..])?;
+    debug_assert!(o.get, "plain SETs are pipelined");
+    let (key, value) = (&args[1], &args[2]);
+    for _ in 0..MAX_RETRIES {
+        let old = get(shared, key)?;
+        let applies = !(o.nx && old.is_some() || o.xx && old.is_none());
+        if !applies {
+            // Nothing to write; the read is the answer.
+            return Ok(old.map_or(Reply::Null, Reply::Bulk));
+        }
+        let b = guarded(key, &old, |b| b.put(key.clone(), value.clone()).map(|_| ()))?;
+        match write(shared, b).await {
+            Ok(WriteOutcome::Applied) => return Ok(old.map_or(Reply::Null, Reply::Bulk)),
+            Ok(WriteOutcome::ConditionFailed { .. }) => continue,
+            Err(e) => return Err(refused(e)),
+        }
+    }
+    Err(Reply::err("the key changed under every retry; try again"))
+}
+
+/// SCAN cursor [MATCH pattern] [COUNT n] [TYPE type]. Cursors are numbers
+/// (clients parse them as such) standing for the last key returned, kept
+/// server-wide, since a client's pool may continue on another connection.
+fn scan(shared: &Shared, args: &[Vec<u8>]) -> Result<Reply, Reply> {
+    let cursor: u64 = std::str::from_utf8(&args[1])
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| Reply::err("invalid cursor"))?;
+    let mut pattern: Option<&[u8]> = None;
+    let mut count = 10usize;
+    let mut only_strings = true;
+    let mut i = 2;
+    while i < args.len() {
+        let value = args.get(i + 1).ok_or_else(syntax)?;
+        match upper(&args[i]).as_str() {
+            "MATCH" => pattern = Some(value),
+            "COUNT" => {
+                count = match parse_i64(value) {
+                    Some(c) if c >= 1 => (c as usize).min(MAX_SCAN_COUNT),
+                    Some(_) => return Err(syntax()),
+                    None => return Err(not_an_integer()),
+                }
+            }
+            // Every kivi value is a string.
+            "TYPE" => only_strings = value.eq_ignore_ascii_case(b"string"),
+            _ => return Err(syntax()),
+        }
+        i += 2;
+    }
+    let after = match cursor {
+        0 => None,
+        c => Some(
+            shared
+                .cursors
+                .lock()
+                .get(c)
+                .ok_or_else(|| Reply::err("invalid cursor (unknown or expired)"))?,
+        ),
+    };
+    let lower = match &after {
+        Some(k) => Bound::Excluded(k.as_slice()),
+        None => Bound::Unbounded,
+    };
+    let mut keys = Vec::new();
+    let mut last = None;
+    let mut seen = 0;
+    if only_strings {
+        for item in shared.db.range::<&[u8], _>((lower, Bound::Unbounded)) {
+            let (k, _) = item.map_err(|e| Reply::err(e.to_string()))?;
+            seen += 1;
+            if pattern.is_none_or(|p| glob::matches(p, &k)) {
+                keys.push(Reply::Bulk(k.clone()));
+            }
+            if seen == count {
+                last = Some(k);
+                break;
+            }
+        }
+    }
+    let next = match last {
+        Some(k) => shared.cursors.lock().insert(k),
+        None => 0,
+    };
+    Ok(Reply::Array(vec![
+        Reply::bulk(next.to_string()),
+        Reply::Array(keys),
+    ]))
+}
+
+/// RANGE start end [LIMIT n]: pairs with start <= key < end (an empty end:
+/// to the end of the keyspace) as a flat array key, value, key, value...
+fn range(shared: &Shared, args: &[Vec<u8>]) -> Result<Reply, Reply> {
+    let mut limit = MAX_RANGE_PAIRS;
+    if args.len() == 5 {
+        if !args[3].eq_ignore_ascii_case(b"LIMIT") {
+            return Err(syntax());
+        }
+        limit = match parse_i64(&args[4]) {
+            Some(l) if l >= 0 => (l as usize).min(MAX_RANGE_PAIRS),
+            _ => return Err(not_an_integer()),
+        };
+    }
+    let (start, end) = (args[1].as_slice(), args[2].as_slice());
+    let upper = if end.is_empty() {
+        Bound::Unbounded
+    } else {
+        Bound::Excluded(end)
+    };
+    let mut out = Vec::new();
+    if limit > 0 && (end.is_empty() || start < end) {
+        for item in shared
+            .db
+            .range::<&[u8], _>((Bound::Included(start), upper))
+            .take(limit)
+        {
+            let (k, v) = item.map_err(|e| Reply::err(e.to_string()))?;
+            out.push(Reply::Bulk(k));
+            out.push(Reply::Bulk(v));
+        }
+    }
+    Ok(Reply::Array(out))
+}
+
+/// The version clients are told: the Redis protocol level kivi answers
+/// (RESP2/RESP3 as of Redis 7.2). kivi's own is `kivi_version` in INFO.
+pub const REDIS_VERSION: &str = "7.2.0";
+
+fn hello(s: &mut Session, args: &[Vec<u8>]) -> Result<Reply, Reply> {
+    let mut i = 1;
+    if let Some(v) = args.get(1) {
+        match parse_i64(v) {
+            Some(2) => s.resp3 = false,
+            Some(3) => s.resp3 = true,
+            Some(_) => {
+                return Err(Reply::coded(
+                    "NOPROTO",
+                    "sorry, this protocol version is not supported",
+                ))
+            }
+            None => {
+                return Err(Reply::err(
+                    "Protocol version is not an integer or out of range",
+                ))
+            }
+        }
+        i = 2;
+    }
+    while i < args.len() {
+        match upper(&args[i]).as_str() {
+            // No users or passwords: any credentials are accepted, as by a
+            // Redis server without requirepass... which would refuse them;
+            // kivi accepts them so that clients configured with a password
+            // still connect. (It binds to loopback unless told otherwise.)
+            "AUTH" if i + 2 < args.len() => i += 3,
+            "SETNAME" if i + 1 < args.len() => {
+                s.name = Some(args[i + 1].clone());
+                i += 2;
+            }
+            _ => return Err(syntax()),
+        }
+    }
+    let proto = if s.resp3 { 3 } else { 2 };
+    Ok(Reply::Map(vec![
+        (Reply::bulk("server"), Reply::bulk("redis")),
+        (Reply::bulk("version"), Reply::bulk(REDIS_VERSION)),
+        (Reply::bulk("proto"), Reply::Int(proto)),
+        (Reply::bulk("id"), Reply::Int(s.id as i64)),
+        (Reply::bulk("mode"), Reply::bulk("standalone")),
+        (Reply::bulk("role"), Reply::bulk("master")),
+        (Reply::bulk("modules"), Reply::Array(Vec::new())),
+    ]))
+}
+
+fn client(s: &mut Session, args: &[Vec<u8>]) -> Result<Reply, Reply> {
+    let sub = upper(&args[1]);
+    match (sub.as_str(), args.len()) {
+        ("SETNAME", 3) => {
+            s.name = (!args[2].is_empty()).then(|| args[2].clone());
+            Ok(Reply::ok())
+        }
+        ("GETNAME", 2) => Ok(s.name.clone().map_or(Reply::Null, Reply::Bulk)),
+        ("ID", 2) => Ok(Reply::Int(s.id as i64)),
+        // Library name and version, sent by redis-py and others.
+        ("SETINFO", 4) => Ok(Reply::ok()),
+        ("SETNAME" | "GETNAME" | "ID" | "SETINFO", _) => Err(wrong_args(&format!("client|{sub}"))),
+        _ => Err(Reply::err(format!(
+            "unknown subcommand '{}'. Try CLIENT SETNAME, GETNAME, ID or SETINFO.",
+            String::from_utf8_lossy(&args[1])
+        ))),
+    }
+}
+
+/// COMMAND, COMMAND DOCS, COMMAND COUNT: kivi gives no command table (an
+/// empty one is valid: clients then use their built-in knowledge).
+fn command(s: &Session, args: &[Vec<u8>]) -> Reply {
+    match args.get(1).map(|a| upper(a)) {
+        Some(sub) if sub == "COUNT" => Reply::Int(0),
+        Some(sub) if sub == "DOCS" => {
+            if s.resp3 {
+                Reply::Map(Vec::new())
+            } else {
+                Reply::Array(Vec::new())
+            }
+        }
+        _ => Reply::Array(Vec::new()),
+    }
+}
+
+/// CONFIG GET answers the few parameters clients ask about at start
+/// (redis-benchmark asks for `save` and `appendonly`); CONFIG SET and the
+/// rest are refused: kivi is configured on its command line.
+fn config(args: &[Vec<u8>]) -> Result<Reply, Reply> {
+    const PARAMS: &[(&str, &str)] = &[
+        // Every write is durable before it is answered.
+        ("appendonly", "yes"),
+        ("appendfsync", "always"),
+        ("save", ""),
+        ("databases", "1"),
+        ("maxmemory", "0"),
+    ];
+    match upper(&args[1]).as_str() {
+        "GET" if args.len() >= 3 => {
+            let mut out = Vec::new();
+            for (k, v) in PARAMS {
+                if args[2..]
+                    .iter()
+                    .any(|p| glob::matches(&p.to_ascii_lowercase(), k.as_bytes()))
+                {
+                    out.push((Reply::bulk(*k), Reply::bulk(*v)));
+                }
+            }
+            Ok(Reply::Map(out))
+        }
+        "GET" => Err(wrong_args("config|get")),
+        "RESETSTAT" => Ok(Reply::ok()),
+        _ => Err(Reply::err(
+            "only CONFIG GET is supported; kivi is configured on its command line",
+        )),
+    }
+}

@@ -1,0 +1,152 @@
+//! The RESP listener: what Redis clients speak. Replies go out in the
+//! order the commands came in. Plain writes are pipelined (queued for the
+//! next group commit without waiting for the one before); any other
+//! command first waits for the connection's earlier writes, so it sees
+//! them. At most `MAX_PIPELINE` commands are unanswered per connection;
+//! past that the connection is not read until they are answered.
+
+pub mod commands;
+pub mod glob;
+pub mod parser;
+pub mod reply;
+
+use crate::listen::Stream;
+use crate::Shared;
+use commands::{Answer, Session};
+use kivi::WriteOutcome;
+use reply::Reply;
+use std::collections::VecDeque;
+use std::sync::Arc;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::oneshot;
+
+/// Commands a connection may have unanswered.
+pub const MAX_PIPELINE: usize = 4096;
+/// Replies are written out once this many bytes are waiting.
+const OUT_FLUSH: usize = 256 << 10;
+/// What an idle connection's read buffer keeps, so that many idle
+/// connections cost little.
+const IDLE_BUFFER: usize = 4 << 10;
+
+enum Slot {
+    Ready(Reply),
+    Pending(oneshot::Receiver<kivi::Result<WriteOutcome>>, Answer),
+}
+
+/// Writes the replies of every slot, in order, waiting for pending writes.
+async fn settle(slots: &mut VecDeque<Slot>, out: &mut Vec<u8>, resp3: bool) {
+    while let Some(slot) = slots.pop_front() {
+        let reply = match slot {
+            Slot::Ready(r) => r,
+            Slot::Pending(rx, answer) => match rx.await {
+                Ok(Ok(outcome)) => answer(outcome),
+                Ok(Err(e)) if e.is_full() => Reply::err(format!("disk full, write refused: {e}")),
+                Ok(Err(e)) => Reply::err(format!("write failed: {e}")),
+                Err(_) => Reply::err("write failed: the server is stopping"),
+            },
+        };
+        reply.write(out, resp3);
+    }
+}
+
+/// Serves one connection until the peer closes it, sends a malformed
+/// frame, says QUIT, or the server stops (commands already read are
+/// answered first).
+pub async fn serve(mut stream: Box<dyn Stream>, peer: String, shared: Arc<Shared>) {
+    let mut session = Session {
+        id: shared.next_client_id(),
+        ..Session::default()
+    };
+    let mut stop = shared.stop.clone();
+    let mut buf: Vec<u8> = Vec::with_capacity(IDLE_BUFFER);
+    let mut out: Vec<u8> = Vec::new();
+    let mut slots: VecDeque<Slot> = VecDeque::new();
+    loop {
+        let mut used = 0;
+        let mut need = None;
+        let mut fatal = None;
+        loop {
+            let parsed = match parser::parse(&buf[used..]) {
+                Ok(Ok(p)) => p,
+                Ok(Err(n)) => {
+                    need = n;
+                    break;
+                }
+                Err(e) => {
+                    fatal = Some(e);
+                    break;
+                }
+            };
+            used += parsed.len;
+            if parsed.args.is_empty() {
+                continue;
+            }
+            match commands::write_plan(&parsed.args) {
+                Some(Ok((batch, answer))) => {
+                    let (tx, rx) = oneshot::channel();
+                    shared
+                        .committer
+                        .submit(
+                            batch,
+                            Box::new(move |r| {
+                                let _ = tx.send(r);
+                            }),
+                        )
+                        .await;
+                    slots.push_back(Slot::Pending(rx, answer));
+                }
+                Some(Err(reply)) => slots.push_back(Slot::Ready(reply)),
+                None => {
+                    settle(&mut slots, &mut out, session.resp3).await;
+                    let reply = commands::execute(&shared, &mut session, parsed.args).await;
+                    reply.write(&mut out, session.resp3);
+                    if session.quit {
+                        break;
+                    }
+                }
+            }
+            if slots.len() >= MAX_PIPELINE || out.len() >= OUT_FLUSH {
+                settle(&mut slots, &mut out, session.resp3).await;
+                if stream.write_all(&out).await.is_err() {
+                    return;
+                }
+                out.clear();
+            }
+        }
+        buf.drain(..used);
+        settle(&mut slots, &mut out, session.resp3).await;
+        if let Some(e) = &fatal {
+            Reply::err(e.to_string()).write(&mut out, session.resp3);
+            eprintln!("kivi serve: RESP connection from {peer} closed: {e}");
+        }
+        if !out.is_empty() {
+            if stream.write_all(&out).await.is_err() {
+                return;
+            }
+            out.clear();
+        }
+        if fatal.is_some() || session.quit {
+            let _ = stream.shutdown().await;
+            return;
+        }
+        if buf.is_empty() && buf.capacity() > 16 * IDLE_BUFFER {
+            buf = Vec::with_capacity(IDLE_BUFFER);
+        }
+        if let Some(n) = need {
+            buf.reserve(n);
+        }
+        if buf.capacity() == buf.len() {
+            buf.reserve(IDLE_BUFFER);
+        }
+        tokio::select! {
+            r = stream.read_buf(&mut buf) => match r {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            },
+            _ = stop.changed() => {
+                let _ = stream.shutdown().await;
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,298 @@
+//! RESP requests: arrays of bulk strings (what every client library sends)
+//! and inline commands (a line of words, what a person types into telnet).
+//! Sizes are checked as soon as a header announces them, so an oversized
+//! bulk string is refused before any of it is buffered.
+
+/// Longest bulk string accepted: the largest value kivi stores.
+pub const MAX_BULK: usize = kivi::limits::MAX_VALUE_LEN;
+/// Most arguments in one command.
+pub const MAX_ARGS: usize = 1 << 20;
+/// Longest inline command line, and longest header line.
+pub const MAX_INLINE: usize = 64 << 10;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProtocolError {
+    #[error("Protocol error: invalid multibulk length")]
+    BadArrayLength,
+    #[error("Protocol error: invalid bulk length")]
+    BadBulkLength,
+    #[error("Protocol error: bulk string of {0} bytes is over the limit of {MAX_BULK}")]
+    BulkTooLarge(u64),
+    #[error("Protocol error: expected '$', got '{0}'")]
+    ExpectedBulk(char),
+    #[error("Protocol error: too big inline request")]
+    InlineTooLong,
+    #[error("Protocol error: unbalanced quotes in request")]
+    UnbalancedQuotes,
+    #[error("Protocol error: a bulk string is not followed by CRLF")]
+    MissingCrlf,
+}
+
+/// One parsed command and the bytes it took.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Parsed {
+    pub args: Vec<Vec<u8>>,
+    pub len: usize,
+}
+
+/// How many more bytes the command at the front needs, when known: lets
+/// the reader size its buffer for a large bulk string once.
+pub type Need = Option<usize>;
+
+/// The command at the front of `buf`, `Ok(Err(need))` if it is not all
+/// there yet.
+pub fn parse(buf: &[u8]) -> Result<Result<Parsed, Need>, ProtocolError> {
+    match buf.first() {
+        None => Ok(Err(None)),
+        Some(b'*') => parse_array(buf),
+        Some(_) => parse_inline(buf),
+    }
+}
+
+/// The line starting at `at`, without its CRLF, and where the next starts.
+fn line(buf: &[u8], at: usize) -> Result<Option<(&[u8], usize)>, ProtocolError> {
+    let rest = &buf[at..];
+    match rest.iter().position(|&b| b == b'\n') {
+        Some(i) => {
+            let l = &rest[..i];
+            let l = l.strip_suffix(b"\r").unwrap_or(l);
+            Ok(Some((l, at + i + 1)))
+        }
+        None if rest.len() > MAX_INLINE => Err(ProtocolError::InlineTooLong),
+        None => Ok(None),
+    }
+}
+
+fn number(digits: &[u8]) -> Option<i64> {
+    std::str::from_utf8(digits).ok()?.parse().ok()
+}
+
+fn parse_array(buf: &[u8]) -> Result<Result<Parsed, Need>, ProtocolError> {
+    let Some((head, mut at)) = line(buf, 0)? else {
+        return Ok(Err(None));
+    };
+    let n = number(&head[1..]).ok_or(ProtocolError::BadArrayLength)?;
+    if n > MAX_ARGS as i64 {
+        return Err(ProtocolError::BadArrayLength);
+    }
+    if n <= 0 {
+        // An empty (or null) array: nothing to run; skip it.
+        return Ok(Ok(Parsed {
+            args: Vec::new(),
+            len: at,
+        }));
+    }
+    let mut args = Vec::with_capacity((n as usize).min(1024));
+    for _ in 0..n {
+        let Some((h, body)) = line(buf, at)? else {
+            return Ok(Err(None));
+        };
+        match h.first() {
+            Some(b'$') => {}
+            Some(&c) => return Err(ProtocolError::ExpectedBulk(c as char)),
+            None => return Err(ProtocolError::ExpectedBulk(' ')),
+        }
+        let len = number(&h[1..]).ok_or(ProtocolError::BadBulkLength)?;
+        if len < 0 {
+            return Err(ProtocolError::BadBulkLength);
+        }
+        if len as u64 > MAX_BULK as u64 {
+            return Err(ProtocolError::BulkTooLarge(len as u64));
+        }
+        let len = len as usize;
+        let end = body + len + 2;
+        if buf.len() < end {
+            return Ok(Err(Some(end - buf.len())));
+        }
+        if &buf[body + len..end] != b"\r\n" {
+            return Err(ProtocolError::MissingCrlf);
+        }
+        args.push(buf[body..body + len].to_vec());
+        at = end;
+    }
+    Ok(Ok(Parsed { args, len: at }))
+}
+
+/// An inline command: words separated by spaces, with "double" (escapes
+/// \n \r \t \\ \" \xHH) and 'single' quoted words, as redis-server reads it.
+fn parse_inline(buf: &[u8]) -> Result<Result<Parsed, Need>, ProtocolError> {
+    let Some((l, next)) = line(buf, 0)? else {
+        return Ok(Err(None));
+    };
+    let mut args = Vec::new();
+    let mut i = 0;
+    while i < l.len() {
+        while i < l.len() && l[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        if i == l.len() {
+            break;
+        }
+        let mut word = Vec::new();
+        match l[i] {
+            b'"' => {
+                i += 1;
+                loop {
+                    match l.get(i) {
+                        None => return Err(ProtocolError::UnbalancedQuotes),
+                        Some(b'"') => {
+                            i += 1;
+                            break;
+                        }
+                        Some(b'\\') => {
+                            let c = *l.get(i + 1).ok_or(ProtocolError::UnbalancedQuotes)?;
+                            let hex = l
+                                .get(i + 2..i + 4)
+                                .and_then(|h| std::str::from_utf8(h).ok())
+                                .and_then(|h| u8::from_str_radix(h, 16).ok());
+                            match (c, hex) {
+                                (b'x', Some(h)) => {
+                                    word.push(h);
+                                    i += 4;
+                                    continue;
+                                }
+                                (b'n', _) => word.push(b'\n'),
+                                (b'r', _) => word.push(b'\r'),
+                                (b't', _) => word.push(b'\t'),
+                                (b'b', _) => word.push(8),
+                                (b'a', _) => word.push(7),
+                                (c, _) => word.push(c),
+                            }
+                            i += 2;
+                        }
+                        Some(&c) => {
+                            word.push(c);
+                            i += 1;
+                        }
+                    }
+                }
+            }
+            b'\'' => {
+                i += 1;
+                loop {
+                    match l.get(i) {
+                        None => return Err(ProtocolError::UnbalancedQuotes),
+                        Some(b'\'') => {
+                            i += 1;
+                            break;
+                        }
+                        Some(b'\\') if l.get(i + 1) == Some(&b'\'') => {
+                            word.push(b'\'');
+                            i += 2;
+                        }
+                        Some(&c) => {
+                            word.push(c);
+                            i += 1;
+                        }
+                    }
+                }
+            }
+            _ => {
+                while i < l.len() && !l[i].is_ascii_whitespace() {
+                    word.push(l[i]);
+                    i += 1;
+                }
+            }
+        }
+        // A closing quote must end the word.
+        if i < l.len() && !l[i].is_ascii_whitespace() && matches!(l[i - 1], b'"' | b'\'') {
+            return Err(ProtocolError::UnbalancedQuotes);
+        }
+        args.push(word);
+    }
+    Ok(Ok(Parsed { args, len: next }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(v: &[&str]) -> Vec<Vec<u8>> {
+        v.iter().map(|s| s.as_bytes().to_vec()).collect()
+    }
+
+    #[test]
+    fn arrays_parse_whole_and_wait_when_cut() {
+        let wire = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\nva\r\nl\r\n*1\r\n$4\r\nPING\r\n";
+        let first = 31;
+        assert_eq!(
+            parse(wire),
+            Ok(Ok(Parsed {
+                args: vec![b"SET".to_vec(), b"k".to_vec(), b"va\r\nl".to_vec()],
+                len: first
+            }))
+        );
+        for cut in 0..first {
+            assert!(matches!(parse(&wire[..cut]), Ok(Err(_))), "cut at {cut}");
+        }
+        assert_eq!(
+            parse(&wire[first..]),
+            Ok(Ok(Parsed {
+                args: args(&["PING"]),
+                len: wire.len() - first
+            }))
+        );
+    }
+
+    #[test]
+    fn a_large_bulk_string_says_how_much_it_needs() {
+        assert_eq!(
+            parse(b"*2\r\n$3\r\nGET\r\n$1000\r\nab"),
+            Ok(Err(Some(1000)))
+        );
+    }
+
+    #[test]
+    fn oversized_and_malformed_frames_are_refused() {
+        let huge = format!("*2\r\n$3\r\nSET\r\n${}\r\n", MAX_BULK + 1);
+        assert_eq!(
+            parse(huge.as_bytes()),
+            Err(ProtocolError::BulkTooLarge(MAX_BULK as u64 + 1))
+        );
+        assert_eq!(parse(b"*x\r\n"), Err(ProtocolError::BadArrayLength));
+        assert_eq!(
+            parse(format!("*{}\r\n", MAX_ARGS + 1).as_bytes()),
+            Err(ProtocolError::BadArrayLength)
+        );
+        assert_eq!(
+            parse(b"*1\r\n+OK\r\n"),
+            Err(ProtocolError::ExpectedBulk('+'))
+        );
+        assert_eq!(parse(b"*1\r\n$-1\r\n"), Err(ProtocolError::BadBulkLength));
+        assert_eq!(parse(b"*1\r\n$2\r\nabcd"), Err(ProtocolError::MissingCrlf));
+        let long = vec![b'a'; MAX_INLINE + 1];
+        assert_eq!(parse(&long), Err(ProtocolError::InlineTooLong));
+    }
+
+    #[test]
+    fn inline_commands_split_and_unquote() {
+        let p = parse(b"set \"a b\\x41\\n\" 'it\\'s'  x\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            p.args,
+            vec![
+                b"set".to_vec(),
+                b"a bA\n".to_vec(),
+                b"it's".to_vec(),
+                b"x".to_vec()
+            ]
+        );
+        assert_eq!(
+            parse(b"get \"open\r\n"),
+            Err(ProtocolError::UnbalancedQuotes)
+        );
+        assert_eq!(
+            parse(b"get \"a\"b\r\n"),
+            Err(ProtocolError::UnbalancedQuotes)
+        );
+        assert_eq!(parse(b"ping"), Ok(Err(None)));
+        assert_eq!(
+            parse(b"\r\n"),
+            Ok(Ok(Parsed {
+                args: vec![],
+                len: 2
+            }))
+        );
+    }
+}
