@@ -11,6 +11,7 @@
 pub mod kv40;
 pub mod measure;
 mod report;
+pub mod server;
 pub mod stores;
 mod syncs;
 pub mod workloads;

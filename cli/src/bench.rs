@@ -34,6 +34,11 @@ pub struct BenchArgs {
     /// Also write one JSON object per figure to FILE, one per line
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
+    /// Run the server workloads instead: `kivi serve` under kivaloo's six
+    /// workloads over kvlds, and redis-benchmark against it and against
+    /// redis-server (appendfsync always and everysec); see docs/benchmarks.md
+    #[arg(long)]
+    server: bool,
     /// Length of workload 9's long random-update run, in multiples of N
     #[arg(long, value_name = "K", default_value_t = kivi_bench::STEADY_UPDATES, value_parser = positive)]
     steady_updates: u64,
@@ -101,6 +106,11 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         return kivi_bench::sync_child(&a[0], a[1].as_ref(), commits).map_err(bench_err);
     }
     let program = std::env::current_exe().map_err(|e| CliError::io("find the kivi program", e))?;
+    if args.server {
+        let records =
+            kivi_bench::server::run(&program, &args.dir, args.n, args.rounds).map_err(bench_err)?;
+        return kivi_bench::server::report(&records, args.json.as_deref()).map_err(bench_err);
+    }
     let cfg = kivi_bench::Config {
         stores: args.stores.clone(),
         workloads: args.workloads.0.clone(),
