@@ -104,6 +104,29 @@ impl WriteBatch {
         self.bytes
     }
 
+    /// Whether any operation has a condition (and so the batch may apply
+    /// nothing).
+    pub fn has_conditions(&self) -> bool {
+        self.conditional
+    }
+
+    /// Appends `other`'s operations after this batch's, as one batch: the
+    /// same effect as writing the two one after the other, if neither has
+    /// conditions. (A server merges independent unconditional writes this
+    /// way, so many share one batch in the commit.)
+    pub fn append(&mut self, other: WriteBatch) -> Result<()> {
+        if self.bytes + other.bytes > MAX_BATCH_BYTES {
+            return Err(Error::BatchTooLarge {
+                bytes: self.bytes + other.bytes,
+                max: MAX_BATCH_BYTES,
+            });
+        }
+        self.conditional |= other.conditional;
+        self.bytes += other.bytes;
+        self.ops.extend(other.ops);
+        Ok(())
+    }
+
     fn push(&mut self, op: BatchOp, bytes: usize) -> Result<()> {
         if self.bytes + bytes > MAX_BATCH_BYTES {
             return Err(Error::BatchTooLarge {
@@ -226,5 +249,31 @@ mod tests {
             b.put(b"k".to_vec(), vec![0u8; MAX_VALUE_LEN]),
             Err(Error::BatchTooLarge { .. })
         ));
+    }
+
+    #[test]
+    fn append_keeps_order_conditions_and_the_byte_limit() {
+        let mut a = WriteBatch::new();
+        a.put(b"k".to_vec(), b"1".to_vec()).unwrap();
+        let mut b = WriteBatch::new();
+        b.delete(b"k".to_vec()).unwrap();
+        b.put(b"j".to_vec(), b"2".to_vec()).unwrap();
+        a.append(b).unwrap();
+        assert_eq!(a.len(), 3);
+        assert_eq!(a.size_bytes(), 2 + 1 + 2);
+        assert_eq!(a.ops[1], BatchOp::Delete { key: b"k".to_vec() });
+        assert!(!a.has_conditions());
+        let mut c = WriteBatch::new();
+        c.compare_and_delete(b"j".to_vec(), b"2".to_vec()).unwrap();
+        a.append(c).unwrap();
+        assert!(a.has_conditions());
+        let mut big = WriteBatch::new();
+        for _ in 0..3 {
+            big.put(b"k".to_vec(), vec![0u8; MAX_VALUE_LEN]).unwrap();
+        }
+        let mut big2 = WriteBatch::new();
+        big2.put(b"k".to_vec(), vec![0u8; MAX_VALUE_LEN]).unwrap();
+        assert!(matches!(big.append(big2), Err(Error::BatchTooLarge { .. })));
+        assert_eq!(big.len(), 3, "a refused append changes nothing");
     }
 }

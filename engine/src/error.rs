@@ -50,8 +50,10 @@ impl Error {
         matches!(self, Error::Corrupt(_))
     }
 
-    /// A copy for every writer of a group that failed together.
-    pub(crate) fn duplicate(&self) -> Error {
+    /// A copy of this error (an I/O error keeps its kind and message), for
+    /// reporting one failure to each of several callers, as to every writer
+    /// of a group that failed together.
+    pub fn duplicate(&self) -> Error {
         match self {
             Error::Io(e) => Error::Io(IoError::new(
                 e.op,

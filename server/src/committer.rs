@@ -8,24 +8,32 @@
 //! order it sent them (the kvlds contract, and read-your-writes for RESP
 //! pipelines). While one call to `write_each` waits for its sync, the next
 //! groups gather in the queue.
+//!
+//! Consecutive writes without conditions (plain puts and deletes, most of
+//! a server's writes) are merged into one batch: the same effect as
+//! applying them one after the other, and the commit then handles one
+//! batch instead of thousands. A write with a condition stays a batch of
+//! its own, since its condition failing must not undo others.
 
 use kivi::{Db, WriteBatch, WriteOutcome};
 use std::sync::Arc;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
-/// Writes queued and not yet answered, at most, over all connections.
-pub const MAX_QUEUED_WRITES: usize = 1 << 16;
+/// Submissions queued and not yet taken by the commit thread, at most.
+const MAX_QUEUED: usize = 1 << 14;
 /// Bytes of queued writes, at most, in KiB (the unit of the permits).
 const MAX_QUEUED_KIB: u32 = 256 << 10;
 /// Writes handed to `write_each` at once, at most.
-const MAX_WRITES_PER_ROUND: usize = 8192;
+const MAX_WRITES_PER_ROUND: usize = 1 << 16;
+/// Merged batches stay below this size.
+const MAX_MERGED_BYTES: usize = 4 << 20;
 
 pub type Done = Box<dyn FnOnce(kivi::Result<WriteOutcome>) + Send>;
 
+/// Writes submitted together, and their share of the byte bound, held
+/// until they are answered.
 struct Job {
-    batch: WriteBatch,
-    done: Done,
-    /// Holds the job's share of the byte bound until it is answered.
+    writes: Vec<(WriteBatch, Done)>,
     _bytes: OwnedSemaphorePermit,
 }
 
@@ -35,34 +43,75 @@ pub struct Committer {
     bytes: Arc<Semaphore>,
 }
 
+/// One batch for the store and the writes it answers.
+struct Merged {
+    batch: WriteBatch,
+    done: Vec<Done>,
+}
+
+/// Merges `writes` in order: runs of unconditional writes into one batch
+/// (up to `MAX_MERGED_BYTES`), each conditional write on its own.
+fn merge(writes: impl IntoIterator<Item = (WriteBatch, Done)>) -> Vec<Merged> {
+    let mut out: Vec<Merged> = Vec::new();
+    for (batch, done) in writes {
+        if let Some(last) = out.last_mut() {
+            if !batch.has_conditions()
+                && !last.batch.has_conditions()
+                && last.batch.size_bytes() + batch.size_bytes() <= MAX_MERGED_BYTES
+            {
+                last.batch
+                    .append(batch)
+                    .expect("merged batches stay far below the batch limit");
+                last.done.push(done);
+                continue;
+            }
+        }
+        out.push(Merged {
+            batch,
+            done: vec![done],
+        });
+    }
+    out
+}
+
 impl Committer {
     /// Starts the write thread; it ends once every `Committer` clone is
     /// dropped and the queue is drained.
     pub fn start(db: Db) -> (Committer, std::thread::JoinHandle<()>) {
-        let (tx, mut rx) = mpsc::channel::<Job>(MAX_QUEUED_WRITES);
+        let (tx, mut rx) = mpsc::channel::<Job>(MAX_QUEUED);
         let thread = std::thread::Builder::new()
             .name("kivi-serve-commit".into())
             .spawn(move || {
                 while let Some(first) = rx.blocking_recv() {
                     let mut jobs = vec![first];
-                    while jobs.len() < MAX_WRITES_PER_ROUND {
+                    let mut writes = jobs[0].writes.len();
+                    while writes < MAX_WRITES_PER_ROUND {
                         match rx.try_recv() {
-                            Ok(j) => jobs.push(j),
+                            Ok(j) => {
+                                writes += j.writes.len();
+                                jobs.push(j);
+                            }
                             Err(_) => break,
                         }
                     }
-                    let mut batches = Vec::with_capacity(jobs.len());
-                    let mut answers = Vec::with_capacity(jobs.len());
-                    for j in jobs {
-                        batches.push(j.batch);
-                        answers.push((j.done, j._bytes));
-                    }
+                    let mut permits = Vec::with_capacity(jobs.len());
+                    let merged = merge(jobs.into_iter().flat_map(|j| {
+                        permits.push(j._bytes);
+                        j.writes
+                    }));
+                    let (batches, dones): (Vec<_>, Vec<_>) =
+                        merged.into_iter().map(|m| (m.batch, m.done)).unzip();
                     let results = db.write_each(batches);
-                    debug_assert_eq!(results.len(), answers.len());
-                    for ((done, permit), r) in answers.into_iter().zip(results) {
-                        done(r);
-                        drop(permit);
+                    debug_assert_eq!(results.len(), dones.len());
+                    for (done, r) in dones.into_iter().zip(results) {
+                        for d in done {
+                            d(match &r {
+                                Ok(o) => Ok(*o),
+                                Err(e) => Err(e.duplicate()),
+                            });
+                        }
                     }
+                    drop(permits);
                 }
             })
             .expect("spawn the commit thread");
@@ -71,10 +120,19 @@ impl Committer {
     }
 
     /// Queues `batch`; `done` is called with its outcome once it is
-    /// durable (or failed). Waits while the queue is full, which is how a
-    /// fast writer is slowed down: its connection stops being read.
+    /// durable (or failed).
     pub async fn submit(&self, batch: WriteBatch, done: Done) {
-        let kib = (batch.size_bytes() / 1024 + 1).min(MAX_QUEUED_KIB as usize) as u32;
+        self.submit_all(vec![(batch, done)]).await
+    }
+
+    /// Queues writes in order. Waits while the queue is full, which is how
+    /// a fast writer is slowed down: its connection stops being read.
+    pub async fn submit_all(&self, writes: Vec<(WriteBatch, Done)>) {
+        if writes.is_empty() {
+            return;
+        }
+        let bytes: usize = writes.iter().map(|(b, _)| b.size_bytes() + 64).sum();
+        let kib = (bytes / 1024 + 1).min(MAX_QUEUED_KIB as usize) as u32;
         let permit = self
             .bytes
             .clone()
@@ -82,13 +140,64 @@ impl Committer {
             .await
             .expect("the semaphore is never closed");
         let job = Job {
-            batch,
-            done,
+            writes,
             _bytes: permit,
         };
         if let Err(mpsc::error::SendError(job)) = self.tx.send(job).await {
             // The write thread is gone (only after a panic there).
-            (job.done)(Err(kivi::Error::Closed));
+            for (_, done) in job.writes {
+                done(Err(kivi::Error::Closed));
+            }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    fn put(k: &str) -> WriteBatch {
+        let mut b = WriteBatch::new();
+        b.put(k.as_bytes().to_vec(), b"v".to_vec()).unwrap();
+        b
+    }
+
+    fn cas(k: &str) -> WriteBatch {
+        let mut b = WriteBatch::new();
+        b.compare_and_swap(k.as_bytes().to_vec(), b"v".to_vec(), b"w".to_vec())
+            .unwrap();
+        b
+    }
+
+    #[test]
+    fn unconditional_runs_merge_and_conditions_stay_alone() {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let done = || -> Done {
+            let c = calls.clone();
+            Box::new(move |_| {
+                c.fetch_add(1, Ordering::Relaxed);
+            })
+        };
+        let merged = merge(vec![
+            (put("a"), done()),
+            (put("b"), done()),
+            (cas("a"), done()),
+            (cas("b"), done()),
+            (put("c"), done()),
+            (put("d"), done()),
+            (put("e"), done()),
+        ]);
+        let shape: Vec<(usize, usize)> = merged
+            .iter()
+            .map(|m| (m.batch.len(), m.done.len()))
+            .collect();
+        assert_eq!(shape, vec![(2, 2), (1, 1), (1, 1), (3, 3)]);
+        for m in merged {
+            for d in m.done {
+                d(Ok(WriteOutcome::Applied));
+            }
+        }
+        assert_eq!(calls.load(Ordering::Relaxed), 7);
     }
 }

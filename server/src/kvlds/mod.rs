@@ -7,6 +7,7 @@
 pub mod packet;
 pub mod request;
 
+use crate::committer::Done;
 use crate::listen::Stream;
 use crate::Shared;
 use kivi::{WriteBatch, WriteOutcome};
@@ -23,6 +24,9 @@ pub const MAX_IN_FLIGHT: usize = 4096;
 pub const MAX_RANGE_BYTES: u32 = 4 << 20;
 /// Answers are gathered up to this many bytes per socket write.
 const WRITE_CHUNK: usize = 256 << 10;
+/// What an idle connection's read buffer keeps, so that many idle
+/// connections cost little.
+const IDLE_BUFFER: usize = 4 << 10;
 
 enum Out {
     /// A response packet; the permit is its request's place in flight.
@@ -40,7 +44,8 @@ pub async fn serve(stream: Box<dyn Stream>, peer: String, shared: Arc<Shared>) {
     let writer = tokio::spawn(write_loop(wr, out_rx, peer.clone(), closed_tx));
     let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
     let mut stop = shared.stop.clone();
-    let mut buf: Vec<u8> = Vec::with_capacity(64 << 10);
+    let mut buf: Vec<u8> = Vec::with_capacity(IDLE_BUFFER);
+    let mut writes = Vec::new();
     'conn: loop {
         let mut used = 0;
         loop {
@@ -54,15 +59,39 @@ pub async fn serve(stream: Box<dyn Stream>, peer: String, shared: Arc<Shared>) {
             };
             used += packet.len;
             let (id, record) = (packet.id, packet.record.to_vec());
-            let permit = tokio::select! {
-                p = in_flight.clone().acquire_owned() => p.expect("never closed"),
-                _ = closed.changed() => break 'conn,
+            let permit = match in_flight.clone().try_acquire_owned() {
+                Ok(p) => p,
+                Err(_) => {
+                    // The writes gathered so far hold permits too: queue
+                    // them before waiting for answers to free one.
+                    shared
+                        .committer
+                        .submit_all(std::mem::take(&mut writes))
+                        .await;
+                    tokio::select! {
+                        p = in_flight.clone().acquire_owned() => p.expect("never closed"),
+                        _ = closed.changed() => break 'conn,
+                    }
+                }
             };
-            if let Err(reason) = handle(&shared, &out, id, &record, permit).await {
-                let _ = out.send(Out::Close(reason));
-                break 'conn;
+            match handle(&shared, &out, id, &record, permit) {
+                Ok(Some(write)) => writes.push(write),
+                Ok(None) => {}
+                Err(reason) => {
+                    shared
+                        .committer
+                        .submit_all(std::mem::take(&mut writes))
+                        .await;
+                    let _ = out.send(Out::Close(reason));
+                    break 'conn;
+                }
             }
         }
+        // Every write this read brought in, queued at once.
+        shared
+            .committer
+            .submit_all(std::mem::take(&mut writes))
+            .await;
         buf.drain(..used);
         tokio::select! {
             r = rd.read_buf(&mut buf) => match r {
@@ -83,14 +112,15 @@ pub async fn serve(stream: Box<dyn Stream>, peer: String, shared: Arc<Shared>) {
     let _ = writer.await;
 }
 
-/// Answers one request, or says why the connection must close.
-async fn handle(
+/// Answers one read at once; returns a write, to be queued with the
+/// others of the same read; or says why the connection must close.
+fn handle(
     shared: &Shared,
     out: &mpsc::UnboundedSender<Out>,
     id: u64,
     record: &[u8],
     permit: OwnedSemaphorePermit,
-) -> Result<(), String> {
+) -> Result<Option<(WriteBatch, Done)>, String> {
     let req = request::parse(record).map_err(|e| format!("malformed request: {e}"))?;
     let reply = move |record: Vec<u8>, permit| {
         let mut p = Vec::with_capacity(packet::HEADER_LEN + record.len() + 4);
@@ -119,7 +149,7 @@ async fn handle(
             _ => unreachable!("writes are handled below"),
         };
         let _ = out.send(reply(record, permit));
-        return Ok(());
+        return Ok(None);
     }
     let mut b = WriteBatch::new();
     let built = match req {
@@ -134,7 +164,7 @@ async fn handle(
     // Keys and values of at most 255 bytes are within kivi's limits.
     built.map_err(|e| format!("request refused: {e}"))?;
     let out = out.clone();
-    let done = Box::new(move |r: kivi::Result<WriteOutcome>| {
+    let done: Done = Box::new(move |r: kivi::Result<WriteOutcome>| {
         let msg = match r {
             Ok(WriteOutcome::Applied) => reply(request::status(OK), permit),
             Ok(WriteOutcome::ConditionFailed { .. }) => reply(request::status(NOT_DONE), permit),
@@ -144,8 +174,7 @@ async fn handle(
         };
         let _ = out.send(msg);
     });
-    shared.committer.submit(b, done).await;
-    Ok(())
+    Ok(Some((b, done)))
 }
 
 /// A RANGE answer: pairs with start <= key < end (to the end of the

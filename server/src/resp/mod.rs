@@ -10,6 +10,7 @@ pub mod glob;
 pub mod parser;
 pub mod reply;
 
+use crate::committer::Done;
 use crate::listen::Stream;
 use crate::Shared;
 use commands::{Answer, Session};
@@ -61,6 +62,7 @@ pub async fn serve(mut stream: Box<dyn Stream>, peer: String, shared: Arc<Shared
     let mut buf: Vec<u8> = Vec::with_capacity(IDLE_BUFFER);
     let mut out: Vec<u8> = Vec::new();
     let mut slots: VecDeque<Slot> = VecDeque::new();
+    let mut writes: Vec<(kivi::WriteBatch, Done)> = Vec::new();
     loop {
         let mut used = 0;
         let mut need = None;
@@ -84,19 +86,20 @@ pub async fn serve(mut stream: Box<dyn Stream>, peer: String, shared: Arc<Shared
             match commands::write_plan(&parsed.args) {
                 Some(Ok((batch, answer))) => {
                     let (tx, rx) = oneshot::channel();
-                    shared
-                        .committer
-                        .submit(
-                            batch,
-                            Box::new(move |r| {
-                                let _ = tx.send(r);
-                            }),
-                        )
-                        .await;
+                    writes.push((
+                        batch,
+                        Box::new(move |r| {
+                            let _ = tx.send(r);
+                        }) as Done,
+                    ));
                     slots.push_back(Slot::Pending(rx, answer));
                 }
                 Some(Err(reply)) => slots.push_back(Slot::Ready(reply)),
                 None => {
+                    shared
+                        .committer
+                        .submit_all(std::mem::take(&mut writes))
+                        .await;
                     settle(&mut slots, &mut out, session.resp3).await;
                     let reply = commands::execute(&shared, &mut session, parsed.args).await;
                     reply.write(&mut out, session.resp3);
@@ -106,6 +109,10 @@ pub async fn serve(mut stream: Box<dyn Stream>, peer: String, shared: Arc<Shared
                 }
             }
             if slots.len() >= MAX_PIPELINE || out.len() >= OUT_FLUSH {
+                shared
+                    .committer
+                    .submit_all(std::mem::take(&mut writes))
+                    .await;
                 settle(&mut slots, &mut out, session.resp3).await;
                 if stream.write_all(&out).await.is_err() {
                     return;
@@ -114,6 +121,11 @@ pub async fn serve(mut stream: Box<dyn Stream>, peer: String, shared: Arc<Shared
             }
         }
         buf.drain(..used);
+        // Every write this read brought in, queued at once.
+        shared
+            .committer
+            .submit_all(std::mem::take(&mut writes))
+            .await;
         settle(&mut slots, &mut out, session.resp3).await;
         if let Some(e) = &fatal {
             Reply::err(e.to_string()).write(&mut out, session.resp3);
