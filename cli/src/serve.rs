@@ -11,6 +11,9 @@ pub struct ServeArgs<'a> {
     pub no_resp: bool,
     pub kvlds: Option<&'a str>,
     pub max_connections: usize,
+    /// For tests: an in-memory store that runs out of space after this many
+    /// bytes, instead of the directory.
+    pub full_after: Option<u64>,
 }
 
 pub fn run(store: &Store, a: ServeArgs<'_>) -> Result<()> {
@@ -31,7 +34,14 @@ pub fn run(store: &Store, a: ServeArgs<'_>) -> Result<()> {
             "--no-resp without --kvlds leaves nothing to listen on".into(),
         ));
     }
-    let db = store.open_writable()?;
+    let db = match a.full_after {
+        None => store.open_writable()?,
+        Some(bytes) => {
+            let sim = kivi::storage::SimStorage::new();
+            sim.set_quota(Some(bytes));
+            kivi::Db::open_with_storage(std::sync::Arc::new(sim), kivi::Options::default())?
+        }
+    };
     let config = Config {
         resp,
         kvlds,

@@ -99,7 +99,11 @@ pub fn run(db: Db, config: Config, ready: impl FnOnce(&[(&str, String)])) -> io:
     // commit thread drains its queue and ends.
     drop(rt);
     let _ = commit_thread.join();
-    let closed = db.close().map_err(io::Error::other);
+    let closed = db.close().map_err(|e| {
+        io::Error::other(format!(
+            "closing the store: {e} (nothing answered is lost: the next open replays the log)"
+        ))
+    });
     result.and(closed)
 }
 
