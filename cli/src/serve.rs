@@ -34,6 +34,7 @@ pub fn run(store: &Store, a: ServeArgs<'_>) -> Result<()> {
             "--no-resp without --kvlds leaves nothing to listen on".into(),
         ));
     }
+    raise_open_file_limit(a.max_connections);
     let db = match a.full_after {
         None => store.open_writable()?,
         Some(bytes) => {
@@ -58,4 +59,39 @@ pub fn run(store: &Store, a: ServeArgs<'_>) -> Result<()> {
         let _ = out.flush();
     })
     .map_err(|e| CliError::io("serve", e))
+}
+
+/// Each connection is a file descriptor; the store needs some more (its
+/// segments, bounded). Raises the soft limit to the hard one, and says so
+/// when even that is below what `--max-connections` may need: accepting
+/// then fails with "too many open files" and is retried, the store is not
+/// affected.
+fn raise_open_file_limit(max_connections: usize) {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit read or fill the one rlimit struct we
+    // pass, which lives on this stack frame for the whole call.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return;
+        }
+        if lim.rlim_cur < lim.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: lim.rlim_max,
+                rlim_max: lim.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                lim = raised;
+            }
+        }
+    }
+    let needed = max_connections as u64 + 256;
+    if (lim.rlim_cur as u64) < needed {
+        eprintln!(
+            "kivi serve: the open-file limit is {}, less than the {needed} that --max-connections {max_connections} may need; raise it (ulimit -n) or lower --max-connections",
+            lim.rlim_cur
+        );
+    }
 }

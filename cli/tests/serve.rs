@@ -823,3 +823,100 @@ fn a_full_disk_refuses_writes_and_keeps_serving_reads() {
         "exits on SIGTERM, full disk or not"
     );
 }
+
+/// The connection limit: one more gets Redis's error and is closed; a
+/// slot frees when a connection closes.
+#[test]
+fn connections_past_the_limit_are_refused_with_an_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = Server::start_with(&tmp.path().join("store"), &["--max-connections", "3"]);
+    let mut open: Vec<Resp> = (0..3).map(|_| Resp::connect(&server.resp)).collect();
+    for c in &mut open {
+        assert_eq!(c.call(&[b"PING"]), Val::Ok("PONG".into()));
+    }
+    let mut extra = Resp::connect(&server.resp);
+    match extra.read() {
+        Some(Val::Err(e)) => assert!(e.contains("max number of clients"), "{e}"),
+        other => panic!("the fourth connection got {other:?}"),
+    }
+    assert_eq!(extra.read(), None);
+    drop(open.pop());
+    // The slot is free once the server has seen the close.
+    let mut again = None;
+    for _ in 0..100 {
+        let mut c = Resp::connect(&server.resp);
+        c.send(&[b"PING"]);
+        if c.read() == Some(Val::Ok("PONG".into())) {
+            again = Some(c);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        again.is_some(),
+        "a closed connection's slot was never freed"
+    );
+}
+
+/// Many active connections all make progress, each writing and reading its
+/// own keys, and a client that sends far more than it reads is slowed down,
+/// not buffered without bound, and still gets every answer in order.
+#[test]
+fn many_connections_progress_and_a_fast_sender_is_held_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = Server::start(&tmp.path().join("store"));
+    let threads: Vec<_> = (0..16)
+        .map(|t| {
+            let addr = server.resp.clone();
+            std::thread::spawn(move || {
+                // 64 connections per thread, 1,024 in all, used in turn.
+                let mut conns: Vec<Resp> = (0..64).map(|_| Resp::connect(&addr)).collect();
+                for round in 0..5 {
+                    for (i, c) in conns.iter_mut().enumerate() {
+                        let k = format!("t{t}-c{i}");
+                        let v = format!("{round}");
+                        assert_eq!(
+                            c.call(&[b"SET", k.as_bytes(), v.as_bytes()]),
+                            Val::Ok("OK".into())
+                        );
+                    }
+                    for (i, c) in conns.iter_mut().enumerate() {
+                        let k = format!("t{t}-c{i}");
+                        assert_eq!(c.call(&[b"GET", k.as_bytes()]), bulk(&round.to_string()));
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let mut r = Resp::connect(&server.resp);
+    assert_eq!(r.call(&[b"DBSIZE"]), Val::Int(16 * 64));
+
+    // 200,000 pipelined commands (a SET now and then, each GET seeing the
+    // SET before it) sent before a single reply is read.
+    let w = r.w.try_clone().unwrap();
+    let sender = std::thread::spawn(move || {
+        let mut w = std::io::BufWriter::new(w);
+        for i in 0..200_000u32 {
+            let cmd: &[&[u8]] = if i % 100 == 0 {
+                &[b"SET", b"fast", &i.to_be_bytes()]
+            } else {
+                &[b"GET", b"fast"]
+            };
+            w.write_all(&Resp::encode(cmd)).unwrap();
+        }
+        w.flush().unwrap();
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    for i in 0..200_000u32 {
+        let want = if i % 100 == 0 {
+            Val::Ok("OK".into())
+        } else {
+            Val::Bulk(Some((i - i % 100).to_be_bytes().to_vec()))
+        };
+        assert_eq!(r.read(), Some(want), "reply {i}");
+    }
+    sender.join().unwrap();
+}
