@@ -88,7 +88,7 @@ fn raise_open_file_limit(max_connections: usize) {
         }
     }
     let needed = max_connections as u64 + 256;
-    if (lim.rlim_cur as u64) < needed {
+    if lim.rlim_cur < needed {
         eprintln!(
             "kivi serve: the open-file limit is {}, less than the {needed} that --max-connections {max_connections} may need; raise it (ulimit -n) or lower --max-connections",
             lim.rlim_cur
