@@ -920,3 +920,49 @@ fn many_connections_progress_and_a_fast_sender_is_held_back() {
     }
     sender.join().unwrap();
 }
+
+/// SIGTERM while a client's pipeline is in flight: what the server read is
+/// answered, it exits cleanly, and every answered write is there after a
+/// restart.
+#[test]
+fn sigterm_answers_what_was_read_then_exits_cleanly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let server = Server::start(&store);
+    let mut r = Resp::connect(&server.resp);
+    let mut wire = Vec::new();
+    for i in 0..20_000u32 {
+        wire.extend(Resp::encode(&[b"SET", format!("k{i}").as_bytes(), b"v"]));
+    }
+    let w = r.w.try_clone().unwrap();
+    let sender = std::thread::spawn(move || {
+        let mut w = w;
+        let _ = w.write_all(&wire);
+    });
+    // Some answers first, so the stop lands in the middle.
+    let mut answered = 0u32;
+    while answered < 100 {
+        assert_eq!(r.read(), Some(Val::Ok("OK".into())));
+        answered += 1;
+    }
+    let pid = server.child.id() as i32;
+    // SAFETY: kill(2) on our own child, not yet waited for.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    while let Some(v) = r.read() {
+        assert_eq!(v, Val::Ok("OK".into()), "reply {answered}");
+        answered += 1;
+    }
+    let _ = sender.join();
+    let mut server = server;
+    assert!(server.child.wait().unwrap().success(), "a clean exit");
+    drop(server);
+    let server = Server::start(&store);
+    let mut r = Resp::connect(&server.resp);
+    for i in 0..answered {
+        assert_eq!(
+            r.call(&[b"GET", format!("k{i}").as_bytes()]),
+            bulk("v"),
+            "k{i} was answered"
+        );
+    }
+}
