@@ -58,7 +58,7 @@ pub async fn serve(stream: Box<dyn Stream>, peer: String, shared: Arc<Shared>) {
                 }
             };
             used += packet.len;
-            let (id, record) = (packet.id, packet.record.to_vec());
+            let (id, record) = (packet.id, packet.record);
             let permit = match in_flight.clone().try_acquire_owned() {
                 Ok(p) => p,
                 Err(_) => {
@@ -74,7 +74,7 @@ pub async fn serve(stream: Box<dyn Stream>, peer: String, shared: Arc<Shared>) {
                     }
                 }
             };
-            match handle(&shared, &out, id, &record, permit) {
+            match handle(&shared, &out, id, record, permit) {
                 Ok(Some(write)) => writes.push(write),
                 Ok(None) => {}
                 Err(reason) => {
