@@ -31,6 +31,8 @@ const IDLE_BUFFER: usize = 4 << 10;
 enum Out {
     /// A response packet; the permit is its request's place in flight.
     Packet(Vec<u8>, OwnedSemaphorePermit),
+    /// Several response packets, one after another, and their permits.
+    Packets(Vec<u8>, Vec<OwnedSemaphorePermit>),
     /// Close the connection after what was sent before, logging why.
     Close(String),
 }
@@ -46,6 +48,7 @@ pub async fn serve(stream: Box<dyn Stream>, peer: String, shared: Arc<Shared>) {
     let mut stop = shared.stop.clone();
     let mut buf: Vec<u8> = Vec::with_capacity(IDLE_BUFFER);
     let mut writes = Vec::new();
+    let mut group: Option<PlainGroup> = None;
     'conn: loop {
         let mut used = 0;
         loop {
@@ -64,6 +67,9 @@ pub async fn serve(stream: Box<dyn Stream>, peer: String, shared: Arc<Shared>) {
                 Err(_) => {
                     // The writes gathered so far hold permits too: queue
                     // them before waiting for answers to free one.
+                    if let Some(g) = group.take() {
+                        writes.push(plain_group(&out, g));
+                    }
                     shared
                         .committer
                         .submit_all(std::mem::take(&mut writes))
@@ -75,9 +81,28 @@ pub async fn serve(stream: Box<dyn Stream>, peer: String, shared: Arc<Shared>) {
                 }
             };
             match handle(&shared, &out, id, record, permit) {
-                Ok(Some(write)) => writes.push(write),
-                Ok(None) => {}
+                Ok(Handled::Answered) => {}
+                Ok(Handled::Conditional(b, done)) => {
+                    if let Some(g) = group.take() {
+                        writes.push(plain_group(&out, g));
+                    }
+                    writes.push((b, done));
+                }
+                Ok(Handled::Plain(b, id, permit)) => match &mut group {
+                    Some((gb, ids)) if gb.size_bytes() + b.size_bytes() <= MAX_GROUP_BYTES => {
+                        gb.append(b).expect("groups stay far below the batch limit");
+                        ids.push((id, permit));
+                    }
+                    _ => {
+                        if let Some(g) = group.replace((b, vec![(id, permit)])) {
+                            writes.push(plain_group(&out, g));
+                        }
+                    }
+                },
                 Err(reason) => {
+                    if let Some(g) = group.take() {
+                        writes.push(plain_group(&out, g));
+                    }
                     shared
                         .committer
                         .submit_all(std::mem::take(&mut writes))
@@ -88,6 +113,9 @@ pub async fn serve(stream: Box<dyn Stream>, peer: String, shared: Arc<Shared>) {
             }
         }
         // Every write this read brought in, queued at once.
+        if let Some(g) = group.take() {
+            writes.push(plain_group(&out, g));
+        }
         shared
             .committer
             .submit_all(std::mem::take(&mut writes))
@@ -112,6 +140,47 @@ pub async fn serve(stream: Box<dyn Stream>, peer: String, shared: Arc<Shared>) {
     let _ = writer.await;
 }
 
+/// What became of one request.
+enum Handled {
+    /// A read, answered.
+    Answered,
+    /// A write with a condition, to be queued with its own answer.
+    Conditional(WriteBatch, Done),
+    /// A write without one (SET, DELETE): answered OK once durable, so the
+    /// plain writes of one read share one batch and one answer message.
+    Plain(WriteBatch, u64, OwnedSemaphorePermit),
+}
+
+/// Plain writes gathered from one read: one batch, and each one's request
+/// ID and place in flight.
+type PlainGroup = (WriteBatch, Vec<(u64, OwnedSemaphorePermit)>);
+
+/// Plain writes merged into one batch stay below this size.
+const MAX_GROUP_BYTES: usize = 1 << 20;
+
+/// The write and its answer for a group of plain writes.
+fn plain_group(out: &mpsc::UnboundedSender<Out>, (batch, ids): PlainGroup) -> (WriteBatch, Done) {
+    let out = out.clone();
+    let done: Done = Box::new(move |r: kivi::Result<WriteOutcome>| {
+        let msg = match r {
+            Ok(_) => {
+                // Unconditional writes always apply.
+                let ok = request::status(OK);
+                let mut bytes = Vec::with_capacity(ids.len() * (packet::HEADER_LEN + 8));
+                let mut permits = Vec::with_capacity(ids.len());
+                for (id, permit) in ids {
+                    packet::write(&mut bytes, id, &ok);
+                    permits.push(permit);
+                }
+                Out::Packets(bytes, permits)
+            }
+            Err(e) => Out::Close(format!("a write failed: {e}")),
+        };
+        let _ = out.send(msg);
+    });
+    (batch, done)
+}
+
 /// Answers one read at once; returns a write, to be queued with the
 /// others of the same read; or says why the connection must close.
 fn handle(
@@ -120,7 +189,7 @@ fn handle(
     id: u64,
     record: &[u8],
     permit: OwnedSemaphorePermit,
-) -> Result<Option<(WriteBatch, Done)>, String> {
+) -> Result<Handled, String> {
     let req = request::parse(record).map_err(|e| format!("malformed request: {e}"))?;
     let reply = move |record: Vec<u8>, permit| {
         let mut p = Vec::with_capacity(packet::HEADER_LEN + record.len() + 4);
@@ -149,7 +218,7 @@ fn handle(
             _ => unreachable!("writes are handled below"),
         };
         let _ = out.send(reply(record, permit));
-        return Ok(None);
+        return Ok(Handled::Answered);
     }
     let mut b = WriteBatch::new();
     let built = match req {
@@ -163,6 +232,9 @@ fn handle(
     };
     // Keys and values of at most 255 bytes are within kivi's limits.
     built.map_err(|e| format!("request refused: {e}"))?;
+    if !b.has_conditions() {
+        return Ok(Handled::Plain(b, id, permit));
+    }
     let out = out.clone();
     let done: Done = Box::new(move |r: kivi::Result<WriteOutcome>| {
         let msg = match r {
@@ -174,7 +246,7 @@ fn handle(
         };
         let _ = out.send(msg);
     });
-    Ok(Some((b, done)))
+    Ok(Handled::Conditional(b, done))
 }
 
 /// A RANGE answer: pairs with start <= key < end (to the end of the
@@ -234,6 +306,10 @@ async fn write_loop(
                 Out::Packet(p, permit) => {
                     buf.extend_from_slice(&p);
                     permits.push(permit);
+                }
+                Out::Packets(p, mut ps) => {
+                    buf.extend_from_slice(&p);
+                    permits.append(&mut ps);
                 }
                 Out::Close(reason) => {
                     close = Some(reason);

@@ -32,6 +32,38 @@ const IDLE_BUFFER: usize = 4 << 10;
 enum Slot {
     Ready(Reply),
     Pending(oneshot::Receiver<kivi::Result<WriteOutcome>>, Answer),
+    /// Consecutive plain writes (SET, MSET: no conditions, answered +OK)
+    /// merged into one batch: this many replies.
+    Group(oneshot::Receiver<kivi::Result<WriteOutcome>>, usize),
+}
+
+/// Plain writes merged into one batch stay below this size.
+const MAX_GROUP_BYTES: usize = 1 << 20;
+
+fn write_failed(e: &kivi::Error) -> Reply {
+    if e.is_full() {
+        Reply::err(format!("disk full, write refused: {e}"))
+    } else {
+        Reply::err(format!("write failed: {e}"))
+    }
+}
+
+/// Queues the open group of plain writes, if any, and its slot.
+fn close_group(
+    group: &mut Option<(kivi::WriteBatch, usize)>,
+    writes: &mut Vec<(kivi::WriteBatch, Done)>,
+    slots: &mut VecDeque<Slot>,
+) {
+    if let Some((batch, n)) = group.take() {
+        let (tx, rx) = oneshot::channel();
+        writes.push((
+            batch,
+            Box::new(move |r| {
+                let _ = tx.send(r);
+            }),
+        ));
+        slots.push_back(Slot::Group(rx, n));
+    }
 }
 
 /// Writes the replies of every slot, in order, waiting for pending writes.
@@ -41,10 +73,20 @@ async fn settle(slots: &mut VecDeque<Slot>, out: &mut Vec<u8>, resp3: bool) {
             Slot::Ready(r) => r,
             Slot::Pending(rx, answer) => match rx.await {
                 Ok(Ok(outcome)) => answer(outcome),
-                Ok(Err(e)) if e.is_full() => Reply::err(format!("disk full, write refused: {e}")),
-                Ok(Err(e)) => Reply::err(format!("write failed: {e}")),
+                Ok(Err(e)) => write_failed(&e),
                 Err(_) => Reply::err("write failed: the server is stopping"),
             },
+            Slot::Group(rx, n) => {
+                let reply = match rx.await {
+                    Ok(Ok(_)) => Reply::ok(),
+                    Ok(Err(e)) => write_failed(&e),
+                    Err(_) => Reply::err("write failed: the server is stopping"),
+                };
+                for _ in 1..n {
+                    reply.write(out, resp3);
+                }
+                reply
+            }
         };
         reply.write(out, resp3);
     }
@@ -63,6 +105,7 @@ pub async fn serve(mut stream: Box<dyn Stream>, peer: String, shared: Arc<Shared
     let mut out: Vec<u8> = Vec::new();
     let mut slots: VecDeque<Slot> = VecDeque::new();
     let mut writes: Vec<(kivi::WriteBatch, Done)> = Vec::new();
+    let mut group: Option<(kivi::WriteBatch, usize)> = None;
     loop {
         let mut used = 0;
         let mut need = None;
@@ -84,7 +127,19 @@ pub async fn serve(mut stream: Box<dyn Stream>, peer: String, shared: Arc<Shared
                 continue;
             }
             match commands::write_plan(&parsed.args) {
+                Some(Ok((batch, _))) if !batch.has_conditions() => match &mut group {
+                    Some((g, n)) if g.size_bytes() + batch.size_bytes() <= MAX_GROUP_BYTES => {
+                        g.append(batch)
+                            .expect("groups stay far below the batch limit");
+                        *n += 1;
+                    }
+                    _ => {
+                        close_group(&mut group, &mut writes, &mut slots);
+                        group = Some((batch, 1));
+                    }
+                },
                 Some(Ok((batch, answer))) => {
+                    close_group(&mut group, &mut writes, &mut slots);
                     let (tx, rx) = oneshot::channel();
                     writes.push((
                         batch,
@@ -94,8 +149,12 @@ pub async fn serve(mut stream: Box<dyn Stream>, peer: String, shared: Arc<Shared
                     ));
                     slots.push_back(Slot::Pending(rx, answer));
                 }
-                Some(Err(reply)) => slots.push_back(Slot::Ready(reply)),
+                Some(Err(reply)) => {
+                    close_group(&mut group, &mut writes, &mut slots);
+                    slots.push_back(Slot::Ready(reply));
+                }
                 None => {
+                    close_group(&mut group, &mut writes, &mut slots);
                     shared
                         .committer
                         .submit_all(std::mem::take(&mut writes))
@@ -109,6 +168,7 @@ pub async fn serve(mut stream: Box<dyn Stream>, peer: String, shared: Arc<Shared
                 }
             }
             if slots.len() >= MAX_PIPELINE || out.len() >= OUT_FLUSH {
+                close_group(&mut group, &mut writes, &mut slots);
                 shared
                     .committer
                     .submit_all(std::mem::take(&mut writes))
@@ -122,6 +182,7 @@ pub async fn serve(mut stream: Box<dyn Stream>, peer: String, shared: Arc<Shared
         }
         buf.drain(..used);
         // Every write this read brought in, queued at once.
+        close_group(&mut group, &mut writes, &mut slots);
         shared
             .committer
             .submit_all(std::mem::take(&mut writes))
