@@ -111,7 +111,7 @@ pub async fn serve(mut stream: Box<dyn Stream>, peer: String, shared: Arc<Shared
         let mut need = None;
         let mut fatal = None;
         loop {
-            let parsed = match parser::parse(&buf[used..]) {
+            let mut parsed = match parser::parse(&buf[used..]) {
                 Ok(Ok(p)) => p,
                 Ok(Err(n)) => {
                     need = n;
@@ -126,7 +126,7 @@ pub async fn serve(mut stream: Box<dyn Stream>, peer: String, shared: Arc<Shared
             if parsed.args.is_empty() {
                 continue;
             }
-            match commands::write_plan(&parsed.args) {
+            match commands::write_plan(&mut parsed.args) {
                 Some(Ok((batch, _))) if !batch.has_conditions() => match &mut group {
                     Some((g, n)) if g.size_bytes() + batch.size_bytes() <= MAX_GROUP_BYTES => {
                         g.append(batch)
