@@ -863,6 +863,26 @@ fn connections_past_the_limit_are_refused_with_an_error() {
 /// not buffered without bound, and still gets every answer in order.
 #[test]
 fn many_connections_progress_and_a_fast_sender_is_held_back() {
+    // 1,024 sockets here: raise this process's soft open-file limit to its
+    // hard limit (the server raises its own), as a default of 1,024 would
+    // not do.
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit read or fill the one struct passed, which
+    // lives on this stack frame for the whole call.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+    assert!(
+        lim.rlim_cur >= 2048,
+        "this test needs 2,048 open files; the hard limit is {}",
+        lim.rlim_max
+    );
     let tmp = tempfile::tempdir().unwrap();
     let server = Server::start(&tmp.path().join("store"));
     let threads: Vec<_> = (0..16)
