@@ -661,8 +661,16 @@ impl Inner {
             log_bytes.saturating_sub(self.counters.checkpointed_log_bytes.load(Ordering::Relaxed));
         let replayable =
             log_bytes.saturating_sub(self.counters.replayable_log_from.load(Ordering::Relaxed));
+        let buffer_full = self.write_buffer_full();
+        // Page writes are paced for commit latency only while few changes
+        // wait for a checkpoint (a quarter of the write buffer): past that,
+        // memory waits on them. (Paced throughout, a 10M-pair load gathered
+        // over 1 GiB of unwritten changes, and random updates held 100 MiB
+        // more at their peak; docs/benchmarks.md, "Memory".)
+        self.storage
+            .set_bulk_urgent(self.pager.dirty_bytes() >= self.opts.write_buffer_bytes / 4);
         if replayable >= self.opts.checkpoint_bytes
-            || self.write_buffer_full()
+            || buffer_full
             || (redo >= EARLY_CHECKPOINT_MIN_BYTES && self.log_over_target(log_file_bytes))
         {
             self.background.wake();

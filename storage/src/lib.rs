@@ -60,6 +60,11 @@ pub trait Storage: Send + Sync + Debug {
     fn create_bulk_segment(&self, id: SegmentId) -> Result<Box<dyn SegmentWriter>, IoError> {
         self.create_segment(id)
     }
+    /// Says whether bulk segments' writes are urgent: the store's memory
+    /// waits on them (changes not yet checkpointed past the write buffer),
+    /// so a backend that paces bulk writes for the sake of commit latency
+    /// should not now. Backends that do not pace ignore it.
+    fn set_bulk_urgent(&self, _urgent: bool) {}
     /// Opens an existing segment for positioned reads.
     fn open_segment(&self, id: SegmentId) -> Result<Arc<dyn SegmentReader>, IoError>;
     /// Removes a segment.
