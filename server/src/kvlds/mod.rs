@@ -67,13 +67,7 @@ pub async fn serve(stream: Box<dyn Stream>, peer: String, shared: Arc<Shared>) {
                 Err(_) => {
                     // The writes gathered so far hold permits too: queue
                     // them before waiting for answers to free one.
-                    if let Some(g) = group.take() {
-                        writes.push(plain_group(&out, g));
-                    }
-                    shared
-                        .committer
-                        .submit_all(std::mem::take(&mut writes))
-                        .await;
+                    queue(&shared, &out, &mut group, &mut writes).await;
                     tokio::select! {
                         p = in_flight.clone().acquire_owned() => p.expect("never closed"),
                         _ = closed.changed() => break 'conn,
@@ -83,9 +77,7 @@ pub async fn serve(stream: Box<dyn Stream>, peer: String, shared: Arc<Shared>) {
             match handle(&shared, &out, id, record, permit) {
                 Ok(Handled::Answered) => {}
                 Ok(Handled::Conditional(b, done)) => {
-                    if let Some(g) = group.take() {
-                        writes.push(plain_group(&out, g));
-                    }
+                    close_group(&out, &mut group, &mut writes);
                     writes.push((b, done));
                 }
                 Ok(Handled::Plain(b, id, permit)) => match &mut group {
@@ -100,26 +92,14 @@ pub async fn serve(stream: Box<dyn Stream>, peer: String, shared: Arc<Shared>) {
                     }
                 },
                 Err(reason) => {
-                    if let Some(g) = group.take() {
-                        writes.push(plain_group(&out, g));
-                    }
-                    shared
-                        .committer
-                        .submit_all(std::mem::take(&mut writes))
-                        .await;
+                    queue(&shared, &out, &mut group, &mut writes).await;
                     let _ = out.send(Out::Close(reason));
                     break 'conn;
                 }
             }
         }
         // Every write this read brought in, queued at once.
-        if let Some(g) = group.take() {
-            writes.push(plain_group(&out, g));
-        }
-        shared
-            .committer
-            .submit_all(std::mem::take(&mut writes))
-            .await;
+        queue(&shared, &out, &mut group, &mut writes).await;
         buf.drain(..used);
         tokio::select! {
             r = rd.read_buf(&mut buf) => match r {
@@ -157,6 +137,28 @@ type PlainGroup = (WriteBatch, Vec<(u64, OwnedSemaphorePermit)>);
 
 /// Plain writes merged into one batch stay below this size.
 const MAX_GROUP_BYTES: usize = 1 << 20;
+
+/// Moves the open group of plain writes, if any, to `writes`.
+fn close_group(
+    out: &mpsc::UnboundedSender<Out>,
+    group: &mut Option<PlainGroup>,
+    writes: &mut Vec<(WriteBatch, Done)>,
+) {
+    if let Some(g) = group.take() {
+        writes.push(plain_group(out, g));
+    }
+}
+
+/// Queues every write gathered so far, the open group included.
+async fn queue(
+    shared: &Shared,
+    out: &mpsc::UnboundedSender<Out>,
+    group: &mut Option<PlainGroup>,
+    writes: &mut Vec<(WriteBatch, Done)>,
+) {
+    close_group(out, group, writes);
+    shared.committer.submit_all(std::mem::take(writes)).await;
+}
 
 /// The write and its answer for a group of plain writes.
 fn plain_group(out: &mpsc::UnboundedSender<Out>, (batch, ids): PlainGroup) -> (WriteBatch, Done) {

@@ -66,6 +66,17 @@ fn close_group(
     }
 }
 
+/// Queues every write gathered so far, the open group included.
+async fn queue(
+    shared: &Shared,
+    group: &mut Option<(kivi::WriteBatch, usize)>,
+    writes: &mut Vec<(kivi::WriteBatch, Done)>,
+    slots: &mut VecDeque<Slot>,
+) {
+    close_group(group, writes, slots);
+    shared.committer.submit_all(std::mem::take(writes)).await;
+}
+
 /// Writes the replies of every slot, in order, waiting for pending writes.
 async fn settle(slots: &mut VecDeque<Slot>, out: &mut Vec<u8>, resp3: bool) {
     while let Some(slot) = slots.pop_front() {
@@ -154,11 +165,7 @@ pub async fn serve(mut stream: Box<dyn Stream>, peer: String, shared: Arc<Shared
                     slots.push_back(Slot::Ready(reply));
                 }
                 None => {
-                    close_group(&mut group, &mut writes, &mut slots);
-                    shared
-                        .committer
-                        .submit_all(std::mem::take(&mut writes))
-                        .await;
+                    queue(&shared, &mut group, &mut writes, &mut slots).await;
                     settle(&mut slots, &mut out, session.resp3).await;
                     let reply = commands::execute(&shared, &mut session, parsed.args).await;
                     reply.write(&mut out, session.resp3);
@@ -168,11 +175,7 @@ pub async fn serve(mut stream: Box<dyn Stream>, peer: String, shared: Arc<Shared
                 }
             }
             if slots.len() >= MAX_PIPELINE || out.len() >= OUT_FLUSH {
-                close_group(&mut group, &mut writes, &mut slots);
-                shared
-                    .committer
-                    .submit_all(std::mem::take(&mut writes))
-                    .await;
+                queue(&shared, &mut group, &mut writes, &mut slots).await;
                 settle(&mut slots, &mut out, session.resp3).await;
                 if stream.write_all(&out).await.is_err() {
                     return;
@@ -182,11 +185,7 @@ pub async fn serve(mut stream: Box<dyn Stream>, peer: String, shared: Arc<Shared
         }
         buf.drain(..used);
         // Every write this read brought in, queued at once.
-        close_group(&mut group, &mut writes, &mut slots);
-        shared
-            .committer
-            .submit_all(std::mem::take(&mut writes))
-            .await;
+        queue(&shared, &mut group, &mut writes, &mut slots).await;
         settle(&mut slots, &mut out, session.resp3).await;
         if let Some(e) = &fatal {
             Reply::err(e.to_string()).write(&mut out, session.resp3);
