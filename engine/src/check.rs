@@ -210,8 +210,11 @@ impl Db {
             }
         }
         // And the current version, which adds the commits since, in memory.
+        // A sliced checkpoint's tree is not the version of its `seq` (some
+        // slices are older), so its count is never the store's: the current
+        // version is checked and counted even when no commit came since.
         let v = inner.published.load_full();
-        if newest.is_none_or(|c| c.seq != v.seq) {
+        if newest.is_none_or(|c| c.seq != v.seq || c.replay_from != c.seq) {
             if let Some(root) = &v.root {
                 let t = check_tree(&inner.pager, root);
                 report.problems.extend(
