@@ -15,6 +15,7 @@ mod load;
 mod progress;
 mod serve;
 mod stats;
+mod table;
 
 use clap::{Args, Parser, Subcommand};
 use codec::Codec;
@@ -162,6 +163,8 @@ enum Command {
         not apply."
     )]
     Bench(bench::BenchArgs),
+    /// Sealed tables: sparkey-compatible immutable hash tables (create, export, get, info, dump, verify, rewrite)
+    Table(table::TableArgs),
 }
 
 fn main() -> ExitCode {
@@ -217,6 +220,7 @@ fn run(cli: Cli) -> Result<()> {
                 full_after: *internal_full_after,
             },
         ),
+        Command::Table(args) => table::run(&store, args),
         Command::Bench(_) => unreachable!("handled above"),
     }
 }

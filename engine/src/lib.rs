@@ -36,6 +36,8 @@ pub use check::CheckReport;
 pub use db::Db;
 pub use error::{Error, Result};
 pub use iter::{Iter, Scan, Snapshot};
+/// Sealed tables: sparkey-compatible immutable hash tables (the `kivi-tables` crate).
+pub use kivi_tables as table;
 pub use options::{Durability, Options};
 pub use pipeline::WriteOutcome;
 pub use stats::Stats;
@@ -43,5 +45,8 @@ pub use stats::Stats;
 /// Storage backends, for opening a store somewhere other than a local
 /// directory (memory, or the crash simulator in tests).
 pub mod storage {
-    pub use kivi_storage::{Fault, LocalDir, MemoryStorage, SimOp, SimStorage, Storage};
+    pub use kivi_storage::{
+        Fault, IoError, LocalDir, MemoryStorage, SegmentId, SegmentReader, SegmentWriter, SimOp,
+        SimStorage, Storage,
+    };
 }

@@ -1,0 +1,72 @@
+//! Compression blocks of snappy and zstd logs: each block is one raw snappy
+//! buffer or one zstd frame (level 3) of at most `compression_block_size`
+//! uncompressed bytes.
+
+use crate::error::{Error, Result};
+use crate::header::Compression;
+use std::path::Path;
+
+/// zstd level sparkey uses.
+const ZSTD_LEVEL: i32 = 3;
+
+pub fn compress(c: Compression, data: &[u8]) -> std::io::Result<Vec<u8>> {
+    match c {
+        Compression::None => Ok(data.to_vec()),
+        Compression::Snappy => snap::raw::Encoder::new()
+            .compress_vec(data)
+            .map_err(std::io::Error::other),
+        Compression::Zstd => zstd::bulk::compress(data, ZSTD_LEVEL),
+    }
+}
+
+/// Decompresses one block into `out` (cleared first), refusing output
+/// longer than `max_len` before allocating it: a hostile length field must
+/// not make us allocate gigabytes.
+pub fn decompress_into(
+    c: Compression,
+    data: &[u8],
+    max_len: u64,
+    out: &mut Vec<u8>,
+    path: &Path,
+    offset: u64,
+) -> Result<()> {
+    out.clear();
+    let bad = |what: String| Error::corrupt(path, offset, what);
+    match c {
+        Compression::None => out.extend_from_slice(data),
+        Compression::Snappy => {
+            let n = snap::raw::decompress_len(data)
+                .map_err(|e| bad(format!("snappy block does not decode: {e}")))?;
+            if n as u64 > max_len {
+                return Err(bad(format!(
+                    "snappy block of {n} bytes over the block size {max_len}"
+                )));
+            }
+            out.resize(n, 0);
+            let got = snap::raw::Decoder::new()
+                .decompress(data, out)
+                .map_err(|e| bad(format!("snappy block does not decode: {e}")))?;
+            out.truncate(got);
+        }
+        Compression::Zstd => {
+            // sparkey writes frames with their content size; allow the
+            // block size when a frame does not say.
+            let n = match zstd::zstd_safe::get_frame_content_size(data) {
+                Ok(Some(n)) => n,
+                Ok(None) => max_len,
+                Err(_) => return Err(bad("zstd block is not a zstd frame".into())),
+            };
+            if n > max_len {
+                return Err(bad(format!(
+                    "zstd block of {n} bytes over the block size {max_len}"
+                )));
+            }
+            let mut d =
+                zstd::bulk::Decompressor::new().map_err(|e| bad(format!("zstd decoder: {e}")))?;
+            *out = d
+                .decompress(data, n as usize)
+                .map_err(|e| bad(format!("zstd block does not decode: {e}")))?;
+        }
+    }
+    Ok(())
+}

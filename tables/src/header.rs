@@ -1,0 +1,427 @@
+//! The two file headers, packed little-endian with no padding, and the
+//! checks a reader makes before trusting any other byte of the files.
+
+use crate::error::{Error, Result};
+use crate::hash::HashSize;
+use crate::limits;
+use std::path::Path;
+
+pub const LOG_MAGIC: u32 = 0x49B3_9C95;
+pub const LOG_HEADER_LEN: usize = 84;
+pub const INDEX_MAGIC: u32 = 0x9A11_318F;
+pub const INDEX_HEADER_LEN: usize = 112;
+
+/// How a log's data region is stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compression {
+    None,
+    Snappy,
+    Zstd,
+}
+
+impl Compression {
+    pub fn code(self) -> u32 {
+        match self {
+            Compression::None => 0,
+            Compression::Snappy => 1,
+            Compression::Zstd => 2,
+        }
+    }
+
+    pub fn from_code(c: u32) -> Option<Compression> {
+        match c {
+            0 => Some(Compression::None),
+            1 => Some(Compression::Snappy),
+            2 => Some(Compression::Zstd),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Compression::None => "none",
+            Compression::Snappy => "snappy",
+            Compression::Zstd => "zstd",
+        }
+    }
+}
+
+/// The `.spl` header (spec §1.1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogHeader {
+    pub major: u32,
+    pub minor: u32,
+    pub file_identifier: u32,
+    pub num_puts: u64,
+    pub num_deletes: u64,
+    pub data_end: u64,
+    pub max_key_len: u64,
+    pub max_value_len: u64,
+    pub delete_size: u64,
+    pub compression: Compression,
+    pub compression_block_size: u32,
+    pub put_size: u64,
+    pub max_entries_per_block: u32,
+}
+
+fn u32_at(b: &[u8], off: usize) -> u32 {
+    u32::from_le_bytes(b[off..off + 4].try_into().expect("4 bytes"))
+}
+
+fn u64_at(b: &[u8], off: usize) -> u64 {
+    u64::from_le_bytes(b[off..off + 8].try_into().expect("8 bytes"))
+}
+
+impl LogHeader {
+    /// A fresh header: no entries, data_end just past the header.
+    pub fn new(file_identifier: u32, compression: Compression, block_size: u32) -> Self {
+        LogHeader {
+            major: 1,
+            minor: 0,
+            file_identifier,
+            num_puts: 0,
+            num_deletes: 0,
+            data_end: LOG_HEADER_LEN as u64,
+            max_key_len: 0,
+            max_value_len: 0,
+            delete_size: 0,
+            compression,
+            // sparkey forces these to 0 for uncompressed logs.
+            compression_block_size: if compression == Compression::None {
+                0
+            } else {
+                block_size
+            },
+            put_size: 0,
+            max_entries_per_block: 0,
+        }
+    }
+
+    /// Parses and checks the header of a log file of `file_len` bytes.
+    pub fn parse(bytes: &[u8], file_len: u64, path: &Path) -> Result<Self> {
+        let bad = |off: usize, what: String| Err(Error::corrupt(path, off as u64, what));
+        if bytes.len() < LOG_HEADER_LEN {
+            return bad(
+                0,
+                format!(
+                    "log is {} bytes, shorter than its 84-byte header",
+                    bytes.len()
+                ),
+            );
+        }
+        let magic = u32_at(bytes, 0);
+        if magic != LOG_MAGIC {
+            return bad(
+                0,
+                format!("bad log magic {magic:#010x} (expected {LOG_MAGIC:#010x})"),
+            );
+        }
+        let major = u32_at(bytes, 4);
+        let minor = u32_at(bytes, 8);
+        if major != 1 {
+            return bad(4, format!("unsupported log major version {major}"));
+        }
+        if minor > 0 {
+            return bad(8, format!("unsupported log minor version {minor}"));
+        }
+        let code = u32_at(bytes, 64);
+        let Some(compression) = Compression::from_code(code) else {
+            return bad(64, format!("unknown compression type {code}"));
+        };
+        let h = LogHeader {
+            major,
+            minor,
+            file_identifier: u32_at(bytes, 12),
+            num_puts: u64_at(bytes, 16),
+            num_deletes: u64_at(bytes, 24),
+            data_end: u64_at(bytes, 32),
+            max_key_len: u64_at(bytes, 40),
+            max_value_len: u64_at(bytes, 48),
+            delete_size: u64_at(bytes, 56),
+            compression,
+            compression_block_size: u32_at(bytes, 68),
+            put_size: u64_at(bytes, 72),
+            max_entries_per_block: u32_at(bytes, 80),
+        };
+        if h.data_end < LOG_HEADER_LEN as u64 {
+            return bad(32, format!("data_end {} is inside the header", h.data_end));
+        }
+        if h.num_puts > h.data_end {
+            return bad(
+                16,
+                format!("num_puts {} exceeds data_end {}", h.num_puts, h.data_end),
+            );
+        }
+        if h.num_deletes > h.data_end {
+            return bad(
+                24,
+                format!(
+                    "num_deletes {} exceeds data_end {}",
+                    h.num_deletes, h.data_end
+                ),
+            );
+        }
+        if file_len < h.data_end {
+            return bad(
+                32,
+                format!(
+                    "data_end {} is past the end of the {file_len}-byte file",
+                    h.data_end
+                ),
+            );
+        }
+        if compression != Compression::None {
+            let bs = h.compression_block_size;
+            if bs == 0 || u64::from(bs) > limits::MAX_BLOCK_SIZE {
+                return bad(
+                    68,
+                    format!(
+                        "compression block size {bs} outside 1..={}",
+                        limits::MAX_BLOCK_SIZE
+                    ),
+                );
+            }
+        }
+        Ok(h)
+    }
+
+    pub fn to_bytes(&self) -> [u8; LOG_HEADER_LEN] {
+        let mut b = [0u8; LOG_HEADER_LEN];
+        b[0..4].copy_from_slice(&LOG_MAGIC.to_le_bytes());
+        b[4..8].copy_from_slice(&self.major.to_le_bytes());
+        b[8..12].copy_from_slice(&self.minor.to_le_bytes());
+        b[12..16].copy_from_slice(&self.file_identifier.to_le_bytes());
+        b[16..24].copy_from_slice(&self.num_puts.to_le_bytes());
+        b[24..32].copy_from_slice(&self.num_deletes.to_le_bytes());
+        b[32..40].copy_from_slice(&self.data_end.to_le_bytes());
+        b[40..48].copy_from_slice(&self.max_key_len.to_le_bytes());
+        b[48..56].copy_from_slice(&self.max_value_len.to_le_bytes());
+        b[56..64].copy_from_slice(&self.delete_size.to_le_bytes());
+        b[64..68].copy_from_slice(&self.compression.code().to_le_bytes());
+        b[68..72].copy_from_slice(&self.compression_block_size.to_le_bytes());
+        b[72..80].copy_from_slice(&self.put_size.to_le_bytes());
+        b[80..84].copy_from_slice(&self.max_entries_per_block.to_le_bytes());
+        b
+    }
+
+    /// Low address bits that hold an entry's ordinal within its block.
+    pub fn entry_block_bits(&self) -> u32 {
+        if self.compression == Compression::None {
+            0
+        } else {
+            32 - self.max_entries_per_block.leading_zeros()
+        }
+    }
+}
+
+/// The `.spi` header (spec §1.4).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexHeader {
+    pub major: u32,
+    pub minor: u32,
+    pub file_identifier: u32,
+    pub hash_seed: u32,
+    pub data_end: u64,
+    pub max_key_len: u64,
+    pub max_value_len: u64,
+    pub num_puts: u64,
+    pub garbage_size: u64,
+    pub num_entries: u64,
+    pub address_size: u32,
+    pub hash_size: HashSize,
+    pub hash_capacity: u64,
+    pub max_displacement: u64,
+    pub entry_block_bits: u32,
+    pub hash_collisions: u64,
+    pub total_displacement: u64,
+}
+
+impl IndexHeader {
+    pub fn slot_size(&self) -> u64 {
+        u64::from(self.hash_size.bytes() + self.address_size)
+    }
+
+    /// Parses and checks the header of an index file of `file_len` bytes.
+    pub fn parse(bytes: &[u8], file_len: u64, path: &Path) -> Result<Self> {
+        let bad = |off: usize, what: String| Err(Error::corrupt(path, off as u64, what));
+        if bytes.len() < INDEX_HEADER_LEN {
+            return bad(
+                0,
+                format!(
+                    "index is {} bytes, shorter than its 112-byte header",
+                    bytes.len()
+                ),
+            );
+        }
+        let magic = u32_at(bytes, 0);
+        if magic != INDEX_MAGIC {
+            return bad(
+                0,
+                format!("bad index magic {magic:#010x} (expected {INDEX_MAGIC:#010x})"),
+            );
+        }
+        let major = u32_at(bytes, 4);
+        let minor = u32_at(bytes, 8);
+        if major != 1 {
+            return bad(4, format!("unsupported index major version {major}"));
+        }
+        if minor > 1 {
+            return bad(8, format!("unsupported index minor version {minor}"));
+        }
+        let hs = u32_at(bytes, 72);
+        let Some(hash_size) = HashSize::from_bytes(hs) else {
+            return bad(72, format!("hash header corrupt: hash size {hs}"));
+        };
+        let h = IndexHeader {
+            major,
+            minor,
+            file_identifier: u32_at(bytes, 12),
+            hash_seed: u32_at(bytes, 16),
+            data_end: u64_at(bytes, 20),
+            max_key_len: u64_at(bytes, 28),
+            max_value_len: u64_at(bytes, 36),
+            num_puts: u64_at(bytes, 44),
+            garbage_size: u64_at(bytes, 52),
+            num_entries: u64_at(bytes, 60),
+            address_size: u32_at(bytes, 68),
+            hash_size,
+            hash_capacity: u64_at(bytes, 76),
+            max_displacement: u64_at(bytes, 84),
+            entry_block_bits: u32_at(bytes, 92),
+            hash_collisions: u64_at(bytes, 96),
+            total_displacement: u64_at(bytes, 104),
+        };
+        if h.address_size != 4 && h.address_size != 8 {
+            return bad(
+                68,
+                format!("hash header corrupt: address size {}", h.address_size),
+            );
+        }
+        if h.num_entries > h.num_puts {
+            return bad(
+                60,
+                format!(
+                    "num_entries {} exceeds num_puts {}",
+                    h.num_entries, h.num_puts
+                ),
+            );
+        }
+        if h.max_displacement > h.num_entries {
+            return bad(
+                84,
+                format!(
+                    "max_displacement {} exceeds num_entries {}",
+                    h.max_displacement, h.num_entries
+                ),
+            );
+        }
+        if h.hash_collisions > h.num_entries {
+            return bad(
+                96,
+                format!(
+                    "hash_collisions {} exceeds num_entries {}",
+                    h.hash_collisions, h.num_entries
+                ),
+            );
+        }
+        // kivi's own checks: a capacity of 0 would divide by zero, and an
+        // entry index needing more than 32 bits cannot come from a block of
+        // at most 2^30 bytes.
+        if h.hash_capacity == 0 {
+            return bad(76, "hash capacity 0".into());
+        }
+        if h.entry_block_bits > 32 {
+            return bad(
+                92,
+                format!("entry_block_bits {} over 32", h.entry_block_bits),
+            );
+        }
+        let needed = h
+            .hash_capacity
+            .checked_mul(h.slot_size())
+            .and_then(|n| n.checked_add(INDEX_HEADER_LEN as u64));
+        match needed {
+            Some(n) if n <= file_len => {}
+            _ => {
+                return bad(
+                    76,
+                    format!(
+                        "{} slots of {} bytes do not fit in the {file_len}-byte file",
+                        h.hash_capacity,
+                        h.slot_size()
+                    ),
+                )
+            }
+        }
+        Ok(h)
+    }
+
+    /// The checks tying an index to its log (spec §1.4).
+    pub fn check_against(&self, log: &LogHeader, path: &Path) -> Result<()> {
+        if self.file_identifier != log.file_identifier {
+            return Err(Error::IdentifierMismatch {
+                path: path.to_path_buf(),
+                log: log.file_identifier,
+                index: self.file_identifier,
+            });
+        }
+        let bad = |off: u64, what: String| Err(Error::corrupt(path, off, what));
+        if self.data_end > log.data_end {
+            return bad(
+                20,
+                format!(
+                    "index covers data_end {} past the log's {}",
+                    self.data_end, log.data_end
+                ),
+            );
+        }
+        if self.max_key_len > log.max_key_len {
+            return bad(
+                28,
+                format!(
+                    "max_key_len {} over the log's {}",
+                    self.max_key_len, log.max_key_len
+                ),
+            );
+        }
+        if self.max_value_len > log.max_value_len {
+            return bad(
+                36,
+                format!(
+                    "max_value_len {} over the log's {}",
+                    self.max_value_len, log.max_value_len
+                ),
+            );
+        }
+        if self.data_end < LOG_HEADER_LEN as u64 {
+            return bad(
+                20,
+                format!("data_end {} is inside the log header", self.data_end),
+            );
+        }
+        Ok(())
+    }
+
+    pub fn to_bytes(&self) -> [u8; INDEX_HEADER_LEN] {
+        let mut b = [0u8; INDEX_HEADER_LEN];
+        b[0..4].copy_from_slice(&INDEX_MAGIC.to_le_bytes());
+        b[4..8].copy_from_slice(&self.major.to_le_bytes());
+        b[8..12].copy_from_slice(&self.minor.to_le_bytes());
+        b[12..16].copy_from_slice(&self.file_identifier.to_le_bytes());
+        b[16..20].copy_from_slice(&self.hash_seed.to_le_bytes());
+        b[20..28].copy_from_slice(&self.data_end.to_le_bytes());
+        b[28..36].copy_from_slice(&self.max_key_len.to_le_bytes());
+        b[36..44].copy_from_slice(&self.max_value_len.to_le_bytes());
+        b[44..52].copy_from_slice(&self.num_puts.to_le_bytes());
+        b[52..60].copy_from_slice(&self.garbage_size.to_le_bytes());
+        b[60..68].copy_from_slice(&self.num_entries.to_le_bytes());
+        b[68..72].copy_from_slice(&self.address_size.to_le_bytes());
+        b[72..76].copy_from_slice(&self.hash_size.bytes().to_le_bytes());
+        b[76..84].copy_from_slice(&self.hash_capacity.to_le_bytes());
+        b[84..92].copy_from_slice(&self.max_displacement.to_le_bytes());
+        b[92..96].copy_from_slice(&self.entry_block_bits.to_le_bytes());
+        b[96..104].copy_from_slice(&self.hash_collisions.to_le_bytes());
+        b[104..112].copy_from_slice(&self.total_displacement.to_le_bytes());
+        b
+    }
+}

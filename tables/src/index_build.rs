@@ -1,0 +1,543 @@
+//! Building a `.spi` from a `.spl`: sizing and hash choice as sparkey does,
+//! fresh or incremental, in memory or region by region within a memory
+//! limit (`partition.rs`), always producing the same bytes.
+
+use crate::error::{Error, Result};
+use crate::fsutil;
+use crate::hash::HashSize;
+use crate::header::{IndexHeader, LogHeader, INDEX_HEADER_LEN, LOG_HEADER_LEN};
+use crate::limits::DEFAULT_MEMORY_LIMIT;
+use crate::log::{EntryKind, Location, LogData};
+use crate::partition::{self, Event, RegionOps, RegionWriter, Stop};
+use crate::robin::{KeyReader, MemTable, Op, OpKind, SlotStats};
+use std::fs::{File, OpenOptions};
+use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+/// Bytes of build memory per slot (hash and address as two u64s).
+const MEM_SLOT: u64 = 16;
+/// Most region files open at once while partitioning; more regions take
+/// more passes over the log.
+const MAX_OPEN_REGIONS: u64 = 256;
+/// Re-runs of the regions chasing wrap-around events before giving up and
+/// building in memory (never reached in practice: see partition.rs).
+const MAX_WRAP_ROUNDS: u64 = 64;
+
+/// How to build an index.
+#[derive(Debug, Clone)]
+pub struct IndexOptions {
+    /// Force 4- or 8-byte hashes; `None` chooses as sparkey does.
+    pub hash_size: Option<HashSize>,
+    /// Seed of a fresh build; `None` draws a random one. Incremental builds
+    /// keep the previous index's seed.
+    pub seed: Option<u32>,
+    /// Memory the slot table may use (default 256 MiB); larger tables are
+    /// built region by region through temporary files.
+    pub memory_limit: u64,
+    /// Reuse a previous index at the output path when sparkey would
+    /// (same log, version 1.1, same hash size).
+    pub incremental: bool,
+    /// Where temporary files go (default: beside the index).
+    pub temp_dir: Option<PathBuf>,
+}
+
+impl Default for IndexOptions {
+    fn default() -> Self {
+        IndexOptions {
+            hash_size: None,
+            seed: None,
+            memory_limit: DEFAULT_MEMORY_LIMIT,
+            incremental: false,
+            temp_dir: None,
+        }
+    }
+}
+
+/// What a build did.
+#[derive(Debug, Clone)]
+pub struct BuildReport {
+    pub header: IndexHeader,
+    /// Regions the slot table was cut into (1: built in memory).
+    pub regions: u64,
+    /// Region replays, counting re-runs for wrap-around events.
+    pub region_runs: u64,
+    /// The partitioned build met a cluster spanning nearly the whole table
+    /// and built in memory instead.
+    pub fell_back: bool,
+    pub incremental: bool,
+    /// The previous index already covered the whole log: nothing written.
+    pub unchanged: bool,
+}
+
+/// sparkey's capacity for `n` entries: n × 1.3 in IEEE double, truncated,
+/// low bit set.
+pub fn capacity_for(n: u64) -> u64 {
+    ((n as f64 * 1.3) as u64) | 1
+}
+
+/// What a build needs to know about the table it makes.
+#[derive(Debug, Clone, Copy)]
+struct Params {
+    cap: u64,
+    hash_size: HashSize,
+    address_size: u32,
+    bits: u32,
+    seed: u32,
+}
+
+fn address_size(data_end: u64, bits: u32) -> u32 {
+    if bits < 32 && data_end < (1u64 << (32 - bits)) {
+        4
+    } else {
+        8
+    }
+}
+
+/// A previous index that an incremental build reuses.
+struct Previous {
+    header: IndexHeader,
+    bytes: Vec<u8>,
+}
+
+/// Maps a log for reading while it is built from.
+pub(crate) struct MappedLog {
+    pub path: PathBuf,
+    pub header: LogHeader,
+    map: Option<memmap2::Mmap>,
+}
+
+impl MappedLog {
+    pub fn open(path: &Path) -> Result<MappedLog> {
+        let (header, map) = crate::reader::map_log(path)?;
+        Ok(MappedLog {
+            path: path.to_path_buf(),
+            header,
+            map,
+        })
+    }
+
+    pub fn data(&self) -> LogData<'_> {
+        let bytes: &[u8] = match &self.map {
+            Some(m) => m,
+            None => &[],
+        };
+        LogData::new(
+            &bytes[..self.header.data_end as usize],
+            &self.header,
+            &self.path,
+        )
+    }
+}
+
+/// Builds the index of the log at `log_path` into `index_path` (written
+/// under a temporary name, fsync'd, renamed into place).
+pub fn build_index(log_path: &Path, index_path: &Path, opts: &IndexOptions) -> Result<BuildReport> {
+    let log = MappedLog::open(log_path)?;
+    build_index_from(&log, index_path, opts)
+}
+
+pub(crate) fn build_index_from(
+    log: &MappedLog,
+    index_path: &Path,
+    opts: &IndexOptions,
+) -> Result<BuildReport> {
+    let lh = &log.header;
+    let bits = lh.entry_block_bits();
+    let previous = if opts.incremental {
+        load_previous(index_path, lh)?
+    } else {
+        None
+    };
+    let auto_size = |cap: u64, prev: Option<HashSize>| {
+        opts.hash_size
+            .unwrap_or(if cap >= 1 << 23 || prev == Some(HashSize::Eight) {
+                HashSize::Eight
+            } else {
+                HashSize::Four
+            })
+    };
+    // An incremental build applies only if the hash size stays the same;
+    // otherwise a fresh build (sparkey's mixed rebuild double-counts garbage).
+    let previous = previous.and_then(|p| {
+        let cap =
+            capacity_for(lh.num_puts.saturating_sub(p.header.num_puts) + p.header.num_entries);
+        (auto_size(cap, Some(p.header.hash_size)) == p.header.hash_size).then_some((p, cap))
+    });
+    if let Some((p, _)) = &previous {
+        if p.header.data_end == lh.data_end {
+            return Ok(BuildReport {
+                header: p.header.clone(),
+                regions: 0,
+                region_runs: 0,
+                fell_back: false,
+                incremental: true,
+                unchanged: true,
+            });
+        }
+    }
+    let (cap, hash_size, seed) = match &previous {
+        Some((p, cap)) => (*cap, p.header.hash_size, p.header.hash_seed),
+        None => {
+            let cap = capacity_for(lh.num_puts);
+            (
+                cap,
+                auto_size(cap, None),
+                opts.seed.unwrap_or_else(rand::random),
+            )
+        }
+    };
+    let params = Params {
+        cap,
+        hash_size,
+        address_size: address_size(lh.data_end, bits),
+        bits,
+        seed,
+    };
+    let data = log.data();
+    let keys = KeyReader { log: data, bits };
+    let prev = previous.as_ref().map(|(p, _)| p);
+    let start = prev.map_or(LOG_HEADER_LEN as u64, |p| p.header.data_end);
+    let ops = OpSource {
+        data,
+        params,
+        prev,
+        start,
+    };
+
+    let tmp = fsutil::temp_path(index_path);
+    let mut guard = fsutil::TempGuard::new(tmp.clone());
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&tmp)
+        .map_err(|e| Error::io(&tmp, "create", e))?;
+    let slot_size = u64::from(hash_size.bytes() + params.address_size);
+    let file_len = INDEX_HEADER_LEN as u64 + cap * slot_size;
+    file.set_len(file_len)
+        .map_err(|e| Error::io(&tmp, "set length", e))?;
+
+    let region_slots = (opts.memory_limit / 2 / MEM_SLOT).max(1);
+    let mut regions = 1;
+    let mut region_runs = 1;
+    let mut fell_back = false;
+    let mut delete_garbage = 0;
+    let slot_garbage = if cap <= region_slots {
+        build_in_memory(&ops, &keys, &file, &tmp, &params, &mut delete_garbage)?
+    } else {
+        regions = cap.div_ceil(region_slots);
+        let temp_dir = opts
+            .temp_dir
+            .clone()
+            .unwrap_or_else(|| fsutil::parent_dir(index_path).to_path_buf());
+        match build_partitioned(
+            &ops,
+            &keys,
+            &file,
+            &tmp,
+            &params,
+            region_slots,
+            opts.memory_limit,
+            &temp_dir,
+            &mut delete_garbage,
+        )? {
+            Some((g, runs)) => {
+                region_runs = runs;
+                g
+            }
+            None => {
+                fell_back = true;
+                delete_garbage = 0;
+                build_in_memory(&ops, &keys, &file, &tmp, &params, &mut delete_garbage)?
+            }
+        }
+    };
+
+    // Statistics over the finished table, read back in slot order.
+    let stats = table_stats(&file, &tmp, &params)?;
+    let old_garbage = prev.map_or(0, |p| p.header.garbage_size);
+    let header = IndexHeader {
+        major: 1,
+        minor: 1,
+        file_identifier: lh.file_identifier,
+        hash_seed: seed,
+        data_end: lh.data_end,
+        max_key_len: lh.max_key_len,
+        max_value_len: lh.max_value_len,
+        num_puts: lh.num_puts,
+        garbage_size: old_garbage + delete_garbage + slot_garbage,
+        num_entries: stats.num_entries,
+        address_size: params.address_size,
+        hash_size,
+        hash_capacity: cap,
+        max_displacement: stats.max_displacement,
+        entry_block_bits: bits,
+        hash_collisions: stats.hash_collisions,
+        total_displacement: stats.total_displacement,
+    };
+    file.write_all_at(&header.to_bytes(), 0)
+        .map_err(|e| Error::io(&tmp, "write header", e))?;
+    fsutil::sync_file(&file, &tmp)?;
+    drop(file);
+    fsutil::rename(&tmp, index_path)?;
+    guard.disarm();
+    fsutil::sync_dir(fsutil::parent_dir(index_path))?;
+    Ok(BuildReport {
+        header,
+        regions,
+        region_runs,
+        fell_back,
+        incremental: prev.is_some(),
+        unchanged: false,
+    })
+}
+
+fn load_previous(index_path: &Path, lh: &LogHeader) -> Result<Option<Previous>> {
+    let bytes = match std::fs::read(index_path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io(index_path, "read previous index", e)),
+    };
+    // A previous index that does not parse or belongs elsewhere is simply
+    // not reused (sparkey does the same).
+    let Ok(header) = IndexHeader::parse(&bytes, bytes.len() as u64, index_path) else {
+        return Ok(None);
+    };
+    if header.file_identifier != lh.file_identifier
+        || header.minor != 1
+        || header.data_end > lh.data_end
+        || header.num_puts > lh.num_puts
+    {
+        return Ok(None);
+    }
+    Ok(Some(Previous { header, bytes }))
+}
+
+/// The operations of a build, in log order: the previous index's occupied
+/// slots in slot order, then the log's entries after what it covered.
+struct OpSource<'a> {
+    data: LogData<'a>,
+    params: Params,
+    prev: Option<&'a Previous>,
+    start: u64,
+}
+
+impl OpSource<'_> {
+    /// Calls `f(seq, op)` for every operation; returns the garbage of the
+    /// DELETE entries themselves.
+    fn for_each(&self, f: &mut dyn FnMut(u64, Op) -> Result<()>) -> Result<u64> {
+        let p = &self.params;
+        let mut seq = 0u64;
+        if let Some(prev) = self.prev {
+            let h = &prev.header;
+            let ss = h.slot_size() as usize;
+            let hs = h.hash_size.bytes() as usize;
+            for s in 0..h.hash_capacity as usize {
+                let at = INDEX_HEADER_LEN + s * ss;
+                let slot = &prev.bytes[at..at + ss];
+                let hash = read_le(&slot[..hs]);
+                let addr = read_le(&slot[hs..]);
+                if addr == 0 {
+                    continue;
+                }
+                let addr = Location::from_address(addr, h.entry_block_bits).address(p.bits);
+                f(
+                    seq,
+                    Op {
+                        hash,
+                        addr,
+                        kind: OpKind::Reinsert,
+                    },
+                )?;
+                seq += 1;
+            }
+        }
+        let mut garbage = 0;
+        let mut cur =
+            crate::log::LogCursor::starting_at(self.data, self.start, self.data.header.data_end);
+        while let Some(e) = cur.next()? {
+            if p.bits < 64 && e.loc.ordinal >> p.bits != 0 {
+                return Err(Error::corrupt(
+                    self.data.path,
+                    e.loc.block,
+                    "more entries start in this block than max_entries_per_block says",
+                ));
+            }
+            let hash = p.hash_size.hash(e.key, p.seed);
+            let addr = e.loc.address(p.bits);
+            let kind = match e.kind {
+                EntryKind::Put => OpKind::Put,
+                EntryKind::Delete => {
+                    garbage += e.encoded_len;
+                    OpKind::Delete
+                }
+            };
+            f(seq, Op { hash, addr, kind })?;
+            seq += 1;
+        }
+        Ok(garbage)
+    }
+}
+
+pub(crate) fn read_le(b: &[u8]) -> u64 {
+    let mut v = [0u8; 8];
+    v[..b.len()].copy_from_slice(b);
+    u64::from_le_bytes(v)
+}
+
+fn encode_slots(slots: &[(u64, u64)], p: &Params, out: &mut Vec<u8>) {
+    out.clear();
+    let hs = p.hash_size.bytes() as usize;
+    let asz = p.address_size as usize;
+    for &(h, a) in slots {
+        out.extend_from_slice(&h.to_le_bytes()[..hs]);
+        out.extend_from_slice(&a.to_le_bytes()[..asz]);
+    }
+}
+
+fn write_slots(
+    file: &File,
+    tmp: &Path,
+    p: &Params,
+    first: u64,
+    slots: &[(u64, u64)],
+) -> Result<()> {
+    let slot_size = u64::from(p.hash_size.bytes() + p.address_size);
+    let mut buf = Vec::new();
+    // In chunks, so the encoded copy stays small next to the table.
+    for (i, chunk) in slots.chunks(1 << 16).enumerate() {
+        encode_slots(chunk, p, &mut buf);
+        let at = INDEX_HEADER_LEN as u64 + (first + (i as u64) * (1 << 16)) * slot_size;
+        file.write_all_at(&buf, at)
+            .map_err(|e| Error::io(tmp, "write slots", e))?;
+    }
+    Ok(())
+}
+
+fn build_in_memory(
+    ops: &OpSource<'_>,
+    keys: &KeyReader<'_>,
+    file: &File,
+    tmp: &Path,
+    p: &Params,
+    delete_garbage: &mut u64,
+) -> Result<u64> {
+    let mut t = MemTable::new(p.cap);
+    *delete_garbage = ops.for_each(&mut |_, op| t.apply(op, keys))?;
+    write_slots(file, tmp, p, 0, &t.slots)?;
+    Ok(t.garbage)
+}
+
+/// Returns (garbage found in slots, region runs), or `None` to fall back.
+#[allow(clippy::too_many_arguments)]
+fn build_partitioned(
+    ops: &OpSource<'_>,
+    keys: &KeyReader<'_>,
+    file: &File,
+    tmp: &Path,
+    p: &Params,
+    region_slots: u64,
+    memory_limit: u64,
+    temp_dir: &Path,
+    delete_garbage: &mut u64,
+) -> Result<Option<(u64, u64)>> {
+    let cap = p.cap;
+    let n = cap.div_ceil(region_slots);
+    let dir = tempfile::Builder::new()
+        .prefix(".kivi-index-build-")
+        .tempdir_in(temp_dir)
+        .map_err(|e| Error::io(temp_dir, "create temporary directory", e))?;
+    let region_path = |r: u64| dir.path().join(format!("region-{r}"));
+    // Half the limit is the region's slots; buffers share the other half.
+    let buf = ((memory_limit / 4) / MAX_OPEN_REGIONS.min(n)).clamp(512, 1 << 20) as usize;
+    let mut group = 0;
+    while group < n {
+        let end = (group + MAX_OPEN_REGIONS).min(n);
+        let mut writers = (group..end)
+            .map(|r| RegionWriter::create(region_path(r), buf))
+            .collect::<Result<Vec<_>>>()?;
+        *delete_garbage = ops.for_each(&mut |seq, op| {
+            let r = (op.hash % cap) / region_slots;
+            if r >= group && r < end {
+                writers[(r - group) as usize].push(seq, &op)?;
+            }
+            Ok(())
+        })?;
+        for w in writers {
+            w.finish()?;
+        }
+        group = end;
+    }
+    let bounds = |r: u64| (r * region_slots, ((r + 1) * region_slots).min(cap));
+    let mut inputs: Vec<Vec<Event>> = vec![Vec::new(); n as usize];
+    let mut garbage = vec![0u64; n as usize];
+    let mut ran = vec![false; n as usize];
+    let mut runs = 0;
+    for _round in 0..MAX_WRAP_ROUNDS {
+        let mut r = 0;
+        loop {
+            let (a, b) = bounds(r);
+            let mut src = RegionOps::open(&region_path(r), buf)?;
+            let region =
+                match partition::run_region(a, b, cap, *keys, &mut src, &inputs[r as usize]) {
+                    Ok(region) => region,
+                    Err(Stop::Fallback) => return Ok(None),
+                    Err(Stop::Fail(e)) => return Err(e),
+                };
+            runs += 1;
+            ran[r as usize] = true;
+            write_slots(file, tmp, p, a, &region.slots[..(b - a) as usize])?;
+            garbage[r as usize] = region.garbage;
+            let next = ((r + 1) % n) as usize;
+            let unchanged = inputs[next] == region.out;
+            inputs[next] = region.out;
+            if next == 0 {
+                if unchanged {
+                    return Ok(Some((garbage.iter().sum(), runs)));
+                }
+                break; // wrap-around events changed: run again from region 0
+            }
+            if unchanged && ran[next] {
+                // Nothing downstream changes, and the wrap-around events
+                // were already the input of region 0: a fixed point.
+                return Ok(Some((garbage.iter().sum(), runs)));
+            }
+            r += 1;
+        }
+    }
+    Ok(None)
+}
+
+fn table_stats(file: &File, tmp: &Path, p: &Params) -> Result<SlotStats> {
+    let mut f = file.try_clone().map_err(|e| Error::io(tmp, "reopen", e))?;
+    f.seek(SeekFrom::Start(INDEX_HEADER_LEN as u64))
+        .map_err(|e| Error::io(tmp, "seek", e))?;
+    let mut r = BufReader::with_capacity(1 << 20, f);
+    let hs = p.hash_size.bytes() as usize;
+    let ss = hs + p.address_size as usize;
+    let mut slot = [0u8; 16];
+    let mut st = SlotStats::default();
+    for _ in 0..p.cap {
+        r.read_exact(&mut slot[..ss])
+            .map_err(|e| Error::io(tmp, "read back slots", e))?;
+        st.observe(read_le(&slot[..hs]), read_le(&slot[hs..ss]), p.cap);
+    }
+    Ok(st.finish())
+}
+
+/// Writes `data` to a new file at `path` the crash-safe way.
+pub(crate) fn write_file_atomically(path: &Path, data: &[u8]) -> Result<()> {
+    let tmp = fsutil::temp_path(path);
+    let mut guard = fsutil::TempGuard::new(tmp.clone());
+    let f = File::create(&tmp).map_err(|e| Error::io(&tmp, "create", e))?;
+    let mut w = BufWriter::new(f);
+    w.write_all(data).map_err(|e| Error::io(&tmp, "write", e))?;
+    let f = w
+        .into_inner()
+        .map_err(|e| Error::io(&tmp, "write", e.into_error()))?;
+    fsutil::sync_file(&f, &tmp)?;
+    fsutil::rename(&tmp, path)?;
+    guard.disarm();
+    fsutil::sync_dir(fsutil::parent_dir(path))
+}

@@ -1,0 +1,44 @@
+//! Sealed tables: immutable hash tables in sparkey's file format (an
+//! append-only `.spl` log plus a Robin Hood `.spi` index), read and written
+//! byte for byte compatibly, with what sparkey lacks: an index build within
+//! a memory limit, crash-safe replacement of files, a checksum sidecar
+//! (`BASE.kvsum`) so `verify` finds any flipped byte, and a `rewrite` that
+//! keeps deleted keys deleted.
+//!
+//! ```no_run
+//! use kivi_tables::{Table, TableWriter, WriterOptions};
+//! let mut w = TableWriter::create("/tmp/t", WriterOptions::default())?;
+//! w.put(b"key", b"value")?;
+//! w.finish()?;
+//! let t = Table::open("/tmp/t")?;
+//! assert_eq!(t.get(b"key")?.as_deref(), Some(&b"value"[..]));
+//! # Ok::<(), kivi_tables::Error>(())
+//! ```
+//!
+//! Format: `shared/specs/sparkey-format.md`; kivi's additions: ARCHITECTURE.md.
+
+mod block;
+mod error;
+mod fsutil;
+pub mod hash;
+mod header;
+mod index_build;
+pub mod limits;
+mod log;
+mod partition;
+mod reader;
+mod robin;
+mod sidecar;
+mod verify;
+pub mod vlq;
+mod writer;
+
+pub use error::{Error, Result};
+pub use hash::HashSize;
+pub use header::{Compression, IndexHeader, LogHeader, INDEX_HEADER_LEN, LOG_HEADER_LEN};
+pub use index_build::{build_index, capacity_for, BuildReport, IndexOptions};
+pub use log::EntryKind;
+pub use reader::{table_paths, Table, TableIter};
+pub use sidecar::{sidecar_path, write_sidecar};
+pub use verify::{verify, CheckKind, VerifyReport};
+pub use writer::{rewrite, TableInfo, TableWriter, WriterOptions};

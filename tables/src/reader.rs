@@ -1,0 +1,292 @@
+//! `Table`: a sealed table opened for reading. Both files are memory-mapped
+//! and never written through the maps; any number of threads share one
+//! `Table` (`Send + Sync`) and look keys up concurrently.
+//!
+//! # Why the mmap is sound, and its one caveat
+//! `memmap2::Mmap::map` is `unsafe` because the bytes may change under us
+//! if the file is modified while mapped. kivi never modifies a table file
+//! in place: writers create new files under temporary names and rename
+//! them over the old ones, so a reader keeps the old inode, whose bytes
+//! never change. Every offset and length read from the maps is checked
+//! against the mapped length before use, so even arbitrary contents cannot
+//! make us read out of bounds. What we cannot defend against is another
+//! program *truncating* a mapped file (sparkey's own append, or a careless
+//! `cp` or `truncate` onto the same inode): the kernel then delivers
+//! SIGBUS on touching a page past the new end, which kills the process.
+//! Readers of tables that other tools may append to in place should copy
+//! them first or not share the inode.
+
+use crate::error::{Error, Result};
+use crate::hash::HashSize;
+use crate::header::{IndexHeader, LogHeader, INDEX_HEADER_LEN, LOG_HEADER_LEN};
+use crate::index_build::read_le;
+use crate::log::{EntryKind, LogCursor, LogData};
+use crate::robin::displacement;
+use memmap2::{Mmap, MmapOptions};
+use std::borrow::Cow;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+/// The file names of a table whose base name is `base` (a trailing
+/// `.spl` or `.spi` is taken off first).
+pub fn table_paths(base: &Path) -> (PathBuf, PathBuf) {
+    let b = strip_ext(base);
+    (with_suffix(&b, ".spl"), with_suffix(&b, ".spi"))
+}
+
+pub(crate) fn strip_ext(base: &Path) -> PathBuf {
+    match base.extension().and_then(|e| e.to_str()) {
+        Some("spl") | Some("spi") => base.with_extension(""),
+        _ => base.to_path_buf(),
+    }
+}
+
+pub(crate) fn with_suffix(base: &Path, suffix: &str) -> PathBuf {
+    let mut s = base.as_os_str().to_os_string();
+    s.push(suffix);
+    PathBuf::from(s)
+}
+
+fn open_and_len(path: &Path) -> Result<(File, u64)> {
+    let f = File::open(path).map_err(|e| Error::io(path, "open", e))?;
+    let len = f.metadata().map_err(|e| Error::io(path, "stat", e))?.len();
+    Ok((f, len))
+}
+
+fn read_prefix(f: &File, len: u64, n: usize, path: &Path) -> Result<Vec<u8>> {
+    let n = n.min(len as usize);
+    let mut buf = vec![0u8; n];
+    f.read_exact_at(&mut buf, 0)
+        .map_err(|e| Error::io(path, "read header", e))?;
+    Ok(buf)
+}
+
+fn map(f: &File, len: u64, path: &Path) -> Result<Mmap> {
+    let len = usize::try_from(len).map_err(|_| Error::corrupt(path, 0, "file too large to map"))?;
+    // SAFETY: see the module documentation: kivi never modifies table
+    // files in place, all reads are bounds-checked against `len`, and the
+    // only hazard left (truncation by another program) is documented.
+    unsafe { MmapOptions::new().len(len).map(f) }.map_err(|e| Error::io(path, "mmap", e))
+}
+
+/// Opens and checks a log's header and maps its committed bytes.
+pub(crate) fn map_log(path: &Path) -> Result<(LogHeader, Option<Mmap>)> {
+    let (f, len) = open_and_len(path)?;
+    let head = read_prefix(&f, len, LOG_HEADER_LEN, path)?;
+    let h = LogHeader::parse(&head, len, path)?;
+    let m = map(&f, h.data_end, path)?;
+    Ok((h, Some(m)))
+}
+
+/// Opens and checks an index's header and maps it.
+pub(crate) fn map_index(path: &Path) -> Result<(IndexHeader, Mmap)> {
+    let (f, len) = open_and_len(path)?;
+    let head = read_prefix(&f, len, INDEX_HEADER_LEN, path)?;
+    let h = IndexHeader::parse(&head, len, path)?;
+    let used = INDEX_HEADER_LEN as u64 + h.hash_capacity * h.slot_size();
+    let m = map(&f, used, path)?;
+    Ok((h, m))
+}
+
+/// A sealed table open for reading.
+pub struct Table {
+    log_path: PathBuf,
+    index_path: PathBuf,
+    log_header: LogHeader,
+    index_header: IndexHeader,
+    log_map: Mmap,
+    index_map: Mmap,
+}
+
+impl std::fmt::Debug for Table {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Table")
+            .field("log", &self.log_path)
+            .field("index", &self.index_path)
+            .finish()
+    }
+}
+
+impl Table {
+    /// Opens `BASE.spl` and `BASE.spi`.
+    pub fn open(base: impl AsRef<Path>) -> Result<Table> {
+        let (log, index) = table_paths(base.as_ref());
+        Table::open_files(&log, &index)
+    }
+
+    /// Opens a log and its index by their full names.
+    pub fn open_files(log_path: &Path, index_path: &Path) -> Result<Table> {
+        let (log_header, log_map) = map_log(log_path)?;
+        let (index_header, index_map) = map_index(index_path)?;
+        index_header.check_against(&log_header, index_path)?;
+        Ok(Table {
+            log_path: log_path.to_path_buf(),
+            index_path: index_path.to_path_buf(),
+            log_header,
+            index_header,
+            log_map: log_map.expect("mapped"),
+            index_map,
+        })
+    }
+
+    pub fn log_header(&self) -> &LogHeader {
+        &self.log_header
+    }
+
+    pub fn index_header(&self) -> &IndexHeader {
+        &self.index_header
+    }
+
+    pub fn log_path(&self) -> &Path {
+        &self.log_path
+    }
+
+    pub fn index_path(&self) -> &Path {
+        &self.index_path
+    }
+
+    /// Live keys.
+    pub fn len(&self) -> u64 {
+        self.index_header.num_entries
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub(crate) fn log_data(&self) -> LogData<'_> {
+        LogData::new(&self.log_map, &self.log_header, &self.log_path)
+    }
+
+    /// Slot `s`: (stored hash, address).
+    pub(crate) fn slot(&self, s: u64) -> (u64, u64) {
+        let h = &self.index_header;
+        let hs = h.hash_size.bytes() as usize;
+        let ss = h.slot_size() as usize;
+        // In bounds: open checked that capacity × slot size fits the map.
+        let at = INDEX_HEADER_LEN + s as usize * ss;
+        let b = &self.index_map[at..at + ss];
+        (read_le(&b[..hs]), read_le(&b[hs..]))
+    }
+
+    pub(crate) fn hash_of(&self, key: &[u8]) -> u64 {
+        let h = &self.index_header;
+        h.hash_size.hash(key, h.hash_seed)
+    }
+
+    /// Walks the probe sequence of `hash`, calling `hit(addr)` for each slot
+    /// with an equal stored hash until it returns true. Stops at an empty
+    /// slot, when our probe distance passes the resident's, or after
+    /// capacity probes (a corrupt table could otherwise loop for ever).
+    pub(crate) fn probe(
+        &self,
+        hash: u64,
+        mut hit: impl FnMut(u64) -> Result<bool>,
+    ) -> Result<Option<u64>> {
+        let cap = self.index_header.hash_capacity;
+        let mut s = hash % cap;
+        for disp in 0..cap {
+            let (h2, a2) = self.slot(s);
+            if a2 == 0 {
+                return Ok(None);
+            }
+            if h2 == hash && hit(a2)? {
+                return Ok(Some(s));
+            }
+            if disp > displacement(s, h2, cap) {
+                return Ok(None);
+            }
+            s = if s + 1 == cap { 0 } else { s + 1 };
+        }
+        Ok(None)
+    }
+
+    /// The value stored under `key`: borrowed from the map when the log is
+    /// uncompressed, decompressed into a new buffer otherwise. Absent keys
+    /// usually touch only the index (the stored hash is compared first).
+    pub fn get(&self, key: &[u8]) -> Result<Option<Cow<'_, [u8]>>> {
+        let hash = self.hash_of(key);
+        let log = self.log_data();
+        let bits = self.index_header.entry_block_bits;
+        let mut found = None;
+        self.probe(hash, |addr| {
+            let e = log.entry_at(addr, bits)?;
+            if e.kind == EntryKind::Delete {
+                return Err(Error::corrupt(
+                    &self.index_path,
+                    addr,
+                    "index slot points at a DELETE entry",
+                ));
+            }
+            if e.key.as_ref() == key {
+                found = Some(e.value);
+                return Ok(true);
+            }
+            Ok(false)
+        })?;
+        Ok(found)
+    }
+
+    /// Whether the entry at `addr` with stored hash `hash` is live: its
+    /// key's slot points at exactly it.
+    pub(crate) fn is_live(&self, hash: u64, addr: u64) -> Result<bool> {
+        Ok(self.probe(hash, |a| Ok(a == addr))?.is_some())
+    }
+
+    /// Live pairs in log order (sparkey's `hashnext`).
+    pub fn iter(&self) -> TableIter<'_> {
+        TableIter {
+            table: self,
+            cursor: self.log_data().cursor(self.index_header.data_end),
+        }
+    }
+
+    pub fn hash_size(&self) -> HashSize {
+        self.index_header.hash_size
+    }
+}
+
+/// Live pairs in the order they were written. A lending iterator: call
+/// `next` in a `while let` loop.
+pub struct TableIter<'t> {
+    table: &'t Table,
+    cursor: LogCursor<'t>,
+}
+
+impl TableIter<'_> {
+    #[allow(clippy::should_implement_trait)] // lends borrowed pairs, which `Iterator` cannot
+    pub fn next(&mut self) -> Result<Option<(&[u8], &[u8])>> {
+        let bits = self.table.index_header.entry_block_bits;
+        loop {
+            if !self.cursor.advance()? {
+                return Ok(None);
+            }
+            let e = self.cursor.current().expect("advanced");
+            if e.kind == EntryKind::Put {
+                let hash = self.table.hash_of(e.key);
+                if self.table.is_live(hash, e.loc.address(bits))? {
+                    break;
+                }
+            }
+        }
+        Ok(self.cursor.current().map(|e| (e.key, e.value)))
+    }
+}
+
+impl Table {
+    /// Every live pair, copied, in log order (for tests and small tables).
+    pub fn to_vec(&self) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut it = self.iter();
+        let mut out = Vec::new();
+        while let Some((k, v)) = it.next()? {
+            out.push((k.to_vec(), v.to_vec()));
+        }
+        Ok(out)
+    }
+}
+
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    send_sync::<Table>();
+};
