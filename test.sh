@@ -26,3 +26,6 @@ KIVI_BIN=target/release/kivi python3 -m pytest -q tests/server
 # from docs/benchmarks.md).
 cargo run --release --locked --quiet -p kivi-cli --features peers -- \
     bench --stores kivi,lmdb,rocksdb,leveldb,redb,fjall -n 10000 --dir "$(mktemp -d)/bench"
+# The sealed-table benchmark works (sparkey's workload, tiny).
+cargo run --release --locked --quiet -p kivi-cli --features peers -- \
+    bench --tables -n 10000 --lookups 10000 --dir "$(mktemp -d)/bench-tables"

@@ -14,6 +14,7 @@ mod report;
 pub mod server;
 pub mod stores;
 mod syncs;
+pub mod tables;
 pub mod workloads;
 
 pub use syncs::sync_child;
@@ -71,10 +72,16 @@ pub struct Record {
     /// bytes, for stores that count them (kivi).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub amplification_samples: Option<Vec<(u64, f64)>>,
+    /// Sealed tables: bytes of the table's `.spl` and `.spi`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub file_bytes: Option<u64>,
+    /// Sealed tables: bytes of kivi's checksum sidecar (`.kvsum`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sidecar_bytes: Option<u64>,
 }
 
 impl Record {
-    fn new(store: &str, workload: &str, n: u64, round: u32) -> Record {
+    pub(crate) fn new(store: &str, workload: &str, n: u64, round: u32) -> Record {
         Record {
             store: store.to_string(),
             workload: workload.to_string(),
@@ -90,6 +97,8 @@ impl Record {
             syncs_per_commit: None,
             space_samples: None,
             amplification_samples: None,
+            file_bytes: None,
+            sidecar_bytes: None,
         }
     }
 
@@ -201,7 +210,7 @@ fn wants(cfg: &Config, w: u32) -> bool {
 }
 
 /// A progress bar for a workload, counting operations.
-fn bar(len: u64, what: String) -> indicatif::ProgressBar {
+pub(crate) fn bar(len: u64, what: String) -> indicatif::ProgressBar {
     use std::io::IsTerminal;
     if !std::io::stderr().is_terminal() {
         return indicatif::ProgressBar::hidden();
@@ -441,7 +450,7 @@ fn fdatasync_probe(dir: &Path, n: u64, round: u32) -> Result<Record, BenchError>
 
 /// Deletes and recreates `dir`, but only when that loses nothing of the
 /// user's: it must not exist, be empty, or be a previous bench directory.
-fn prepare_dir(dir: &Path) -> Result<(), BenchError> {
+pub(crate) fn prepare_dir(dir: &Path) -> Result<(), BenchError> {
     let shown = dir.display();
     match fs::symlink_metadata(dir) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

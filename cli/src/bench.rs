@@ -39,6 +39,20 @@ pub struct BenchArgs {
     /// redis-server (appendfsync always and everysec); see docs/benchmarks.md
     #[arg(long)]
     server: bool,
+    /// Run the sealed-table workloads instead: sparkey's benchmark (write N
+    /// puts, build the index, then random gets, each checked) for each
+    /// compression of --compression; see docs/benchmarks.md
+    #[arg(long)]
+    tables: bool,
+    /// With --tables: compressions to run, comma-separated (none, snappy, zstd)
+    #[arg(long, value_name = "LIST", default_value = "none,snappy,zstd", value_delimiter = ',', value_parser = compression)]
+    compression: Vec<kivi::table::Compression>,
+    /// With --tables: the index build's memory limit, MiB
+    #[arg(long, value_name = "MIB", default_value = "256", value_parser = positive)]
+    memory_limit_mib: u64,
+    /// With --tables: random gets after each creation
+    #[arg(long, value_name = "N", default_value_t = kivi_bench::tables::LOOKUPS, value_parser = positive)]
+    lookups: u64,
     /// Length of workload 9's long random-update run, in multiples of N
     #[arg(long, value_name = "K", default_value_t = kivi_bench::STEADY_UPDATES, value_parser = positive)]
     steady_updates: u64,
@@ -90,6 +104,16 @@ fn positive(s: &str) -> std::result::Result<u64, String> {
     }
 }
 
+fn compression(s: &str) -> std::result::Result<kivi::table::Compression, String> {
+    use kivi::table::Compression;
+    match s {
+        "none" => Ok(Compression::None),
+        "snappy" => Ok(Compression::Snappy),
+        "zstd" => Ok(Compression::Zstd),
+        _ => Err(format!("{s:?}: expected none, snappy or zstd")),
+    }
+}
+
 fn bench_err(e: kivi_bench::BenchError) -> CliError {
     CliError::Bench(e.0)
 }
@@ -110,6 +134,21 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         let records =
             kivi_bench::server::run(&program, &args.dir, args.n, args.rounds).map_err(bench_err)?;
         return kivi_bench::server::report(&records, args.json.as_deref()).map_err(bench_err);
+    }
+    if args.tables {
+        let cfg = kivi_bench::tables::TablesConfig {
+            n: args.n,
+            rounds: args.rounds,
+            dir: args.dir.clone(),
+            json: args.json.clone(),
+            compressions: args.compression.clone(),
+            memory_limit: args.memory_limit_mib << 20,
+            lookups: args.lookups,
+        };
+        let mut out = std::io::stdout().lock();
+        return kivi_bench::tables::run(&cfg, &mut out)
+            .map(|_| ())
+            .map_err(bench_err);
     }
     let cfg = kivi_bench::Config {
         stores: args.stores.clone(),
