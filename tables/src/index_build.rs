@@ -9,7 +9,7 @@ use crate::header::{IndexHeader, LogHeader, INDEX_HEADER_LEN, LOG_HEADER_LEN};
 use crate::limits::DEFAULT_MEMORY_LIMIT;
 use crate::log::{EntryKind, Location, LogData};
 use crate::partition::{self, Event, RegionOps, RegionWriter, Stop};
-use crate::robin::{KeyReader, MemTable, Op, OpKind, SlotStats};
+use crate::robin::{KeyReader, MemTable, Op, OpKind, SlotStats, LOOKAHEAD};
 use std::fs::{File, OpenOptions};
 use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
@@ -424,7 +424,21 @@ fn build_in_memory(
     delete_garbage: &mut u64,
 ) -> Result<u64> {
     let mut t = MemTable::new(p.cap);
-    *delete_garbage = ops.for_each(&mut |_, op| t.apply(op, keys))?;
+    // Applied in log order as they come, each `LOOKAHEAD` operations after
+    // its slot was prefetched: the same table, with misses overlapped.
+    let mut ahead = std::collections::VecDeque::with_capacity(LOOKAHEAD + 1);
+    *delete_garbage = ops.for_each(&mut |_, op| {
+        t.prefetch(&op);
+        ahead.push_back(op);
+        if ahead.len() > LOOKAHEAD {
+            let next = ahead.pop_front().expect("non-empty");
+            t.apply(next, keys)?;
+        }
+        Ok(())
+    })?;
+    for op in ahead {
+        t.apply(op, keys)?;
+    }
     write_slots(file, tmp, p, 0, &t.slots)?;
     Ok(t.garbage)
 }

@@ -26,6 +26,7 @@ mod index_build;
 pub mod limits;
 mod log;
 mod partition;
+mod prefetch;
 mod reader;
 mod robin;
 mod sidecar;

@@ -33,7 +33,7 @@
 //! the slot where the key was found, so each is counted once.
 
 use crate::error::{Error, Result};
-use crate::robin::{displacement, KeyReader, Op, OpKind};
+use crate::robin::{displacement, KeyReader, Op, OpKind, LOOKAHEAD};
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
@@ -160,6 +160,15 @@ impl<'k> Region<'k> {
         let i = self.idx(s)?;
         self.slots[i] = v;
         Ok(())
+    }
+
+    /// Hints that the own operation `op` will be applied soon.
+    #[inline]
+    pub fn prefetch(&self, op: &Op) {
+        let i = (op.hash % self.cap).wrapping_sub(self.a) as usize;
+        if let Some(slot) = self.slots.get(i) {
+            crate::prefetch::prefetch(slot);
+        }
     }
 
     /// Applies an operation of this region's own (its ideal slot is here).
@@ -382,21 +391,33 @@ pub fn run_region<'k>(
     incoming: &[Event],
 ) -> Sim<Region<'k>> {
     let mut r = Region::new(a, b, cap, keys);
-    let mut next_op = ops.next()?;
+    // Own operations are read `LOOKAHEAD` ahead and their ideal slots
+    // prefetched; they are still applied one at a time in log order.
+    let mut ahead: std::collections::VecDeque<(u64, Op)> =
+        std::collections::VecDeque::with_capacity(LOOKAHEAD + 1);
+    let mut more = true;
     let mut ev = incoming.iter().peekable();
     loop {
+        while more && ahead.len() < LOOKAHEAD {
+            match ops.next()? {
+                Some((seq, op)) => {
+                    r.prefetch(&op);
+                    ahead.push_back((seq, op));
+                }
+                None => more = false,
+            }
+        }
         // An own operation starts its walk (hop 0) before any event of the
         // same operation that wrapped round the table comes back here.
-        let take_op = match (&next_op, ev.peek()) {
+        let take_op = match (ahead.front(), ev.peek()) {
             (None, None) => break,
             (Some(_), None) => true,
             (None, Some(_)) => false,
             (Some((seq, _)), Some(e)) => *seq <= e.seq,
         };
         if take_op {
-            let (seq, op) = next_op.take().expect("peeked");
+            let (seq, op) = ahead.pop_front().expect("peeked");
             r.own(seq, op)?;
-            next_op = ops.next()?;
         } else {
             let e = ev.next().expect("peeked");
             r.event(e)?;

@@ -51,11 +51,23 @@ impl KeyReader<'_> {
     }
 }
 
-/// Probe distance of an entry with stored hash `h` sitting in slot `s`.
+/// Probe distance of an entry with stored hash `h` sitting in slot `s`
+/// (slots past the table's end, as a region's extension has, wrap).
+#[inline]
 pub fn displacement(s: u64, h: u64, cap: u64) -> u64 {
     let ideal = h % cap;
-    (s % cap + cap - ideal) % cap
+    let s = if s < cap { s } else { s % cap };
+    // One division, not three: both lie in [0, cap).
+    if s >= ideal {
+        s - ideal
+    } else {
+        s + cap - ideal
+    }
 }
+
+/// How many operations ahead a build prefetches their ideal slots: enough
+/// to keep several cache misses in flight while the oldest is applied.
+pub const LOOKAHEAD: usize = 16;
 
 /// The whole slot table in memory, as sparkey builds it.
 pub struct MemTable {
@@ -74,6 +86,12 @@ impl MemTable {
             slots: vec![(0, 0); cap as usize],
             garbage: 0,
         }
+    }
+
+    /// Hints that `op` will be applied soon (see `LOOKAHEAD`).
+    #[inline]
+    pub fn prefetch(&self, op: &Op) {
+        crate::prefetch::prefetch(&self.slots[(op.hash % self.cap) as usize]);
     }
 
     pub fn apply(&mut self, op: Op, keys: &KeyReader<'_>) -> Result<()> {
