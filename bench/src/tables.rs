@@ -23,6 +23,8 @@ use std::time::Instant;
 
 /// Random gets after each creation (sparkey's benchmark does 1M).
 pub const LOOKUPS: u64 = 1_000_000;
+/// Keys per `get_many` call in the batched pass.
+pub const MULTI_GET: usize = 1000;
 /// Block size of the compressed tables ("use 4k blocks everywhere").
 pub const BLOCK_SIZE: u32 = 4096;
 
@@ -152,6 +154,36 @@ fn run_one(
     }
     pb.finish_and_clear();
     let (get_cpu, get_wall) = (process_cpu() - cpu0, wall0.elapsed());
+
+    // The same lookups through `get_many`, MULTI_GET keys at a time.
+    let pb = bar(lookups, format!("table {name}: get_many"));
+    let (cpu0, wall0) = (process_cpu(), Instant::now());
+    let mut keys: Vec<Vec<u8>> = vec![Vec::new(); MULTI_GET];
+    let mut ids = [0u64; MULTI_GET];
+    let mut j = 0;
+    while j < lookups {
+        let m = (lookups - j).min(MULTI_GET as u64) as usize;
+        for (x, (key, id)) in keys.iter_mut().zip(ids.iter_mut()).take(m).enumerate() {
+            *id = mix((j + x as u64) ^ (u64::from(round) << 48)) % n;
+            numbered(key, b"key_", *id);
+        }
+        let got = table
+            .get_many(&keys[..m])
+            .map_err(|e| terr("get_many", e))?;
+        for (g, &i) in got.iter().zip(&ids) {
+            numbered(&mut want, b"value_", i);
+            if g.as_deref() != Some(&want[..]) {
+                return Err(BenchError(format!(
+                    "table {name}: get_many of key_{i} read {:?}, expected value_{i}",
+                    g.as_ref().map(|g| String::from_utf8_lossy(g).into_owned())
+                )));
+            }
+        }
+        j += m as u64;
+        pb.set_position(j);
+    }
+    pb.finish_and_clear();
+    let (many_cpu, many_wall) = (process_cpu() - cpu0, wall0.elapsed());
     drop(table);
     for p in [spl, spi, kivi::table::sidecar_path(&base)] {
         std::fs::remove_file(&p).map_err(|e| io_err(format!("delete {}", p.display()), e))?;
@@ -172,7 +204,12 @@ fn run_one(
         cpu_us_per_op: Some(get_cpu.as_secs_f64() * 1e6 / lookups as f64),
         ..Record::new("kivi-table", &format!("table_get_{name}"), n, round)
     };
-    Ok(vec![create, get])
+    let many = Record {
+        ops_per_sec: Some(per(lookups, many_wall)),
+        cpu_us_per_op: Some(many_cpu.as_secs_f64() * 1e6 / lookups as f64),
+        ..Record::new("kivi-table", &format!("table_get_many_{name}"), n, round)
+    };
+    Ok(vec![create, get, many])
 }
 
 /// Runs every round; prints a line per figure and the summary.
@@ -241,7 +278,7 @@ fn summary(cfg: &TablesConfig, records: &[Record]) -> String {
     let fmt = |x: Option<f64>| x.map_or("-".into(), |x| format!("{x:.0}"));
     let mut s = format!(
         "\nsealed tables, n = {} (best of {} round(s); sparkey: shared/workloads.md, not this run)\n\
-         {:<7} {:>14} {:>14} {:>7} {:>14} {:>14} {:>7} {:>14} {:>10} {:>14}\n",
+         {:<7} {:>12} {:>10} {:>6} {:>12} {:>10} {:>6} {:>12} {:>6} {:>13} {:>9} {:>8}\n",
         cfg.n,
         cfg.rounds,
         "comp",
@@ -251,9 +288,11 @@ fn summary(cfg: &TablesConfig, records: &[Record]) -> String {
         "gets/CPU-s",
         "sparkey",
         "ratio",
+        "get_many",
+        "ratio",
         ".spl+.spi B",
         "sidecar B",
-        "peak RSS MiB"
+        "RSS MiB"
     );
     for &c in &cfg.compressions {
         let name = c.name();
@@ -262,6 +301,7 @@ fn summary(cfg: &TablesConfig, records: &[Record]) -> String {
         let (sp, sl) = sparkey_figures(c, cfg.n);
         let puts = best(&create, &per_cpu);
         let gets = best(&get, &per_cpu);
+        let many = best(&format!("table_get_many_{name}"), &per_cpu);
         let last = records.iter().rev().find(|r| r.workload == create);
         let rss = records
             .iter()
@@ -269,7 +309,7 @@ fn summary(cfg: &TablesConfig, records: &[Record]) -> String {
             .filter_map(|r| r.peak_rss_bytes)
             .max();
         s += &format!(
-            "{:<7} {:>14} {:>14} {:>7} {:>14} {:>14} {:>7} {:>14} {:>10} {:>14}\n",
+            "{:<7} {:>12} {:>10} {:>6} {:>12} {:>10} {:>6} {:>12} {:>6} {:>13} {:>9} {:>8}\n",
             name,
             fmt(puts),
             fmt(sp),
@@ -277,6 +317,8 @@ fn summary(cfg: &TablesConfig, records: &[Record]) -> String {
             fmt(gets),
             fmt(sl),
             ratio(gets, sl),
+            fmt(many),
+            ratio(many, sl),
             last.and_then(|r| r.file_bytes)
                 .map_or("-".into(), |b| b.to_string()),
             last.and_then(|r| r.sidecar_bytes)
@@ -327,7 +369,7 @@ mod tests {
         };
         let mut out = Vec::new();
         let records = run(&cfg, &mut out).unwrap();
-        assert_eq!(records.len(), 6);
+        assert_eq!(records.len(), 9);
         for r in &records {
             assert!(r.cpu_us_per_op.unwrap() > 0.0, "{r:?}");
         }

@@ -61,11 +61,25 @@ pub fn decompress_into(
                     "zstd block of {n} bytes over the block size {max_len}"
                 )));
             }
-            let mut d =
-                zstd::bulk::Decompressor::new().map_err(|e| bad(format!("zstd decoder: {e}")))?;
-            *out = d
-                .decompress(data, n as usize)
-                .map_err(|e| bad(format!("zstd block does not decode: {e}")))?;
+            // A decoder context costs a large allocation to make: each
+            // thread keeps one (a get decompresses one block).
+            thread_local! {
+                static ZSTD: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> =
+                    const { std::cell::RefCell::new(None) };
+            }
+            out.reserve(n as usize);
+            ZSTD.with(|cell| {
+                let mut cell = cell.borrow_mut();
+                if cell.is_none() {
+                    *cell = Some(
+                        zstd::bulk::Decompressor::new()
+                            .map_err(|e| bad(format!("zstd decoder: {e}")))?,
+                    );
+                }
+                let d = cell.as_mut().expect("made above");
+                d.decompress_to_buffer(data, out)
+                    .map_err(|e| bad(format!("zstd block does not decode: {e}")))
+            })?;
         }
     }
     Ok(())

@@ -117,6 +117,30 @@ impl MappedLog {
         })
     }
 
+    /// Lets this process drop the mapped pages of log bytes `[from, to)`
+    /// (the kernel keeps them in its page cache and maps them again if they
+    /// are touched), so a pass over a log larger than the build's memory
+    /// limit does not keep the whole log resident.
+    pub fn release(&self, from: u64, to: u64) {
+        let Some(m) = &self.map else { return };
+        let to = to.min(m.len() as u64);
+        if from >= to {
+            return;
+        }
+        // SAFETY: MADV_DONTNEED on a read-only shared file mapping only
+        // unmaps pages; a later access maps the same file bytes again
+        // (kivi never modifies a log it builds from), so every slice of the
+        // map that is alive keeps reading what it read before. Errors are
+        // ignored: the advice only saves memory.
+        let _ = unsafe {
+            m.unchecked_advise_range(
+                memmap2::UncheckedAdvice::DontNeed,
+                from as usize,
+                (to - from) as usize,
+            )
+        };
+    }
+
     pub fn data(&self) -> LogData<'_> {
         let bytes: &[u8] = match &self.map {
             Some(m) => m,
@@ -200,6 +224,7 @@ pub(crate) fn build_index_from(
     let start = prev.map_or(LOG_HEADER_LEN as u64, |p| p.header.data_end);
     let ops = OpSource {
         data,
+        map: log,
         params,
         prev,
         start,
@@ -318,6 +343,8 @@ fn load_previous(index_path: &Path, lh: &LogHeader) -> Result<Option<Previous>> 
 /// slots in slot order, then the log's entries after what it covered.
 struct OpSource<'a> {
     data: LogData<'a>,
+    /// Where the data is mapped from, to release what the pass has read.
+    map: &'a MappedLog,
     params: Params,
     prev: Option<&'a Previous>,
     start: u64,
@@ -356,7 +383,13 @@ impl OpSource<'_> {
         let mut garbage = 0;
         let mut cur =
             crate::log::LogCursor::starting_at(self.data, self.start, self.data.header.data_end);
+        let mut released = self.start;
         while let Some(e) = cur.next()? {
+            if e.loc.block >= released + RELEASE_STEP {
+                // Everything before this entry (or its block) is read.
+                self.map.release(released, e.loc.block);
+                released = e.loc.block;
+            }
             if p.bits < 64 && e.loc.ordinal >> p.bits != 0 {
                 return Err(Error::corrupt(
                     self.data.path,
@@ -380,7 +413,18 @@ impl OpSource<'_> {
     }
 }
 
+/// How much of the log a build's pass reads before it releases it.
+const RELEASE_STEP: u64 = 8 << 20;
+
+#[inline]
 pub(crate) fn read_le(b: &[u8]) -> u64 {
+    // Slots hold 4- or 8-byte fields: fixed-size loads, not a memcpy call.
+    if let Ok(b4) = <[u8; 4]>::try_from(b) {
+        return u64::from(u32::from_le_bytes(b4));
+    }
+    if let Ok(b8) = <[u8; 8]>::try_from(b) {
+        return u64::from_le_bytes(b8);
+    }
     let mut v = [0u8; 8];
     v[..b.len()].copy_from_slice(b);
     u64::from_le_bytes(v)

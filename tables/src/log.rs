@@ -137,6 +137,9 @@ impl<'a> LogData<'a> {
                 encoded_len: e.encoded_len,
             });
         }
+        if let Some(e) = self.entry_in_block(loc) {
+            return Ok(e);
+        }
         let mut c = LogCursor::new(self, loc.block, end);
         loop {
             let Some(e) = c.next()? else {
@@ -162,6 +165,55 @@ impl<'a> LogData<'a> {
                 });
             }
         }
+    }
+}
+
+impl LogData<'_> {
+    /// The entry at `loc` of a compressed log when it lies whole in its
+    /// block: the block is decompressed into this thread's buffer and the
+    /// entries before it stepped over in a tight loop. `None` for anything
+    /// else (an entry spilling over later blocks, or damage), which the
+    /// cursor's path then reads or reports in full.
+    fn entry_in_block(self, loc: Location) -> Option<Entry<'static>> {
+        thread_local! {
+            static BLOCK: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
+        let rest = &self.bytes[loc.block as usize..self.header.data_end as usize];
+        let (len, n) = vlq::decode(rest).ok()?;
+        let data = rest.get(n..n.checked_add(usize::try_from(len).ok()?)?)?;
+        BLOCK.with(|cell| {
+            let mut buf = cell.borrow_mut();
+            block::decompress_into(
+                self.header.compression,
+                data,
+                u64::from(self.header.compression_block_size),
+                &mut buf,
+                self.path,
+                loc.block,
+            )
+            .ok()?;
+            let mut pos = 0usize;
+            let mut ordinal = 0u64;
+            loop {
+                let (kind, klen, vlen, hdr) = entry_header(buf.get(pos..)?, self.path, 0).ok()?;
+                let k0 = pos + hdr;
+                let v0 = k0.checked_add(klen as usize)?;
+                let end = v0.checked_add(vlen as usize)?;
+                if end > buf.len() {
+                    return None;
+                }
+                if ordinal == loc.ordinal {
+                    return Some(Entry {
+                        kind,
+                        key: Cow::Owned(buf[k0..v0].to_vec()),
+                        value: Cow::Owned(buf[v0..end].to_vec()),
+                        encoded_len: (end - pos) as u64,
+                    });
+                }
+                pos = end;
+                ordinal += 1;
+            }
+        })
     }
 }
 

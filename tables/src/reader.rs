@@ -21,6 +21,7 @@ use crate::hash::HashSize;
 use crate::header::{IndexHeader, LogHeader, INDEX_HEADER_LEN, LOG_HEADER_LEN};
 use crate::index_build::read_le;
 use crate::log::{EntryKind, LogCursor, LogData};
+use crate::prefetch::prefetch;
 use crate::robin::displacement;
 use memmap2::{Mmap, MmapOptions};
 use std::borrow::Cow;
@@ -88,6 +89,10 @@ pub(crate) fn map_index(path: &Path) -> Result<(IndexHeader, Mmap)> {
     let m = map(&f, used, path)?;
     Ok((h, m))
 }
+
+/// Keys `Table::get_many` looks up together: enough misses in flight to
+/// cover memory latency, few enough that the group's slots stay cached.
+const GET_GROUP: usize = 16;
 
 /// A sealed table open for reading.
 pub struct Table {
@@ -160,14 +165,20 @@ impl Table {
     }
 
     /// Slot `s`: (stored hash, address).
+    #[inline]
     pub(crate) fn slot(&self, s: u64) -> (u64, u64) {
-        let h = &self.index_header;
-        let hs = h.hash_size.bytes() as usize;
-        let ss = h.slot_size() as usize;
+        let hs = self.index_header.hash_size.bytes() as usize;
+        let b = self.slot_bytes(s);
+        (read_le(&b[..hs]), read_le(&b[hs..]))
+    }
+
+    /// The bytes of slot `s` (< capacity).
+    #[inline]
+    fn slot_bytes(&self, s: u64) -> &[u8] {
+        let ss = self.index_header.slot_size() as usize;
         // In bounds: open checked that capacity × slot size fits the map.
         let at = INDEX_HEADER_LEN + s as usize * ss;
-        let b = &self.index_map[at..at + ss];
-        (read_le(&b[..hs]), read_le(&b[hs..]))
+        &self.index_map[at..at + ss]
     }
 
     pub(crate) fn hash_of(&self, key: &[u8]) -> u64 {
@@ -206,7 +217,42 @@ impl Table {
     /// uncompressed, decompressed into a new buffer otherwise. Absent keys
     /// usually touch only the index (the stored hash is compared first).
     pub fn get(&self, key: &[u8]) -> Result<Option<Cow<'_, [u8]>>> {
-        let hash = self.hash_of(key);
+        self.get_hashed(key, self.hash_of(key))
+    }
+
+    /// The values of many keys, in the order asked: the same answers as
+    /// `get` on each, but the index slots of a group of keys are fetched
+    /// from memory together, then their log entries, so a batch of random
+    /// lookups waits for memory about once per group instead of twice per
+    /// key. Absent keys are `None`.
+    pub fn get_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<Option<Cow<'_, [u8]>>>> {
+        let cap = self.index_header.hash_capacity;
+        let mut out = Vec::with_capacity(keys.len());
+        let mut hashes = [0u64; GET_GROUP];
+        for group in keys.chunks(GET_GROUP) {
+            for (h, k) in hashes.iter_mut().zip(group) {
+                *h = self.hash_of(k.as_ref());
+                prefetch(self.slot_bytes(*h % cap).as_ptr());
+            }
+            for &h in &hashes[..group.len()] {
+                // The first slot with an equal stored hash is almost always
+                // the key's own: bring its entry in too.
+                if let Ok(Some(s)) = self.probe(h, |_| Ok(true)) {
+                    let bits = self.index_header.entry_block_bits;
+                    let loc = crate::log::Location::from_address(self.slot(s).1, bits);
+                    if let Some(b) = self.log_map.get(loc.block as usize) {
+                        prefetch(b);
+                    }
+                }
+            }
+            for (k, &h) in group.iter().zip(&hashes) {
+                out.push(self.get_hashed(k.as_ref(), h)?);
+            }
+        }
+        Ok(out)
+    }
+
+    fn get_hashed(&self, key: &[u8], hash: u64) -> Result<Option<Cow<'_, [u8]>>> {
         let log = self.log_data();
         let bits = self.index_header.entry_block_bits;
         let mut found = None;

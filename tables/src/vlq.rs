@@ -38,7 +38,14 @@ impl std::fmt::Display for VlqError {
 }
 
 /// Decodes the VLQ at the start of `bytes`: (value, bytes used).
+#[inline]
 pub fn decode(bytes: &[u8]) -> Result<(u64, usize), VlqError> {
+    // Most lengths fit one byte.
+    if let Some(&b) = bytes.first() {
+        if b < 0x80 {
+            return Ok((u64::from(b), 1));
+        }
+    }
     let mut v = 0u64;
     for (i, &b) in bytes.iter().take(MAX_LEN).enumerate() {
         let group = u64::from(b & 0x7f);
