@@ -413,6 +413,10 @@ impl OpSource<'_> {
     }
 }
 
+/// Slots reserved past a region's end for the run of displaced entries
+/// that crosses it (observed runs are tens of slots; more is reallocated).
+const EXTENSION_RESERVE: u64 = 4096;
+
 /// How much of the log a build's pass reads before it releases it.
 const RELEASE_STEP: u64 = 8 << 20;
 
@@ -532,17 +536,28 @@ fn build_partitioned(
     let mut garbage = vec![0u64; n as usize];
     let mut ran = vec![false; n as usize];
     let mut runs = 0;
+    // Every region's slots live in this one allocation, in turn; room for
+    // a run of displaced entries past the region's end is reserved too.
+    let mut spare: Vec<(u64, u64)> =
+        Vec::with_capacity((region_slots + EXTENSION_RESERVE) as usize);
     for _round in 0..MAX_WRAP_ROUNDS {
         let mut r = 0;
         loop {
             let (a, b) = bounds(r);
             let mut src = RegionOps::open(&region_path(r), buf)?;
-            let region =
-                match partition::run_region(a, b, cap, *keys, &mut src, &inputs[r as usize]) {
-                    Ok(region) => region,
-                    Err(Stop::Fallback) => return Ok(None),
-                    Err(Stop::Fail(e)) => return Err(e),
-                };
+            let region = match partition::run_region(
+                a,
+                b,
+                cap,
+                *keys,
+                &mut src,
+                &inputs[r as usize],
+                std::mem::take(&mut spare),
+            ) {
+                Ok(region) => region,
+                Err(Stop::Fallback) => return Ok(None),
+                Err(Stop::Fail(e)) => return Err(e),
+            };
             runs += 1;
             ran[r as usize] = true;
             write_slots(file, tmp, p, a, &region.slots[..(b - a) as usize])?;
@@ -550,6 +565,7 @@ fn build_partitioned(
             let next = ((r + 1) % n) as usize;
             let unchanged = inputs[next] == region.out;
             inputs[next] = region.out;
+            spare = region.slots;
             if next == 0 {
                 if unchanged {
                     return Ok(Some((garbage.iter().sum(), runs)));

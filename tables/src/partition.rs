@@ -126,13 +126,19 @@ pub struct Region<'k> {
 }
 
 impl<'k> Region<'k> {
-    pub fn new(a: u64, b: u64, cap: u64, keys: KeyReader<'k>) -> Self {
+    /// A region over `[a, b)` whose slots reuse `buf`'s allocation: one
+    /// allocation serves every region of a build, so the allocator never
+    /// holds freed regions' memory beside the live one.
+    pub fn new(a: u64, b: u64, cap: u64, keys: KeyReader<'k>, buf: Vec<(u64, u64)>) -> Self {
         assert!(a < b && b <= cap, "region within the table");
+        let mut slots = buf;
+        slots.clear();
+        slots.resize((b - a) as usize, (0, 0));
         Region {
             a,
             b,
             cap,
-            slots: vec![(0, 0); (b - a) as usize],
+            slots,
             garbage: 0,
             out: Vec::new(),
             keys,
@@ -381,7 +387,8 @@ impl RegionWriter {
 }
 
 /// Replays region `[a, b)`: its own operations from `ops` merged in log
-/// order with `incoming` events. Returns the finished region.
+/// order with `incoming` events, in slots that reuse `buf`. Returns the
+/// finished region.
 pub fn run_region<'k>(
     a: u64,
     b: u64,
@@ -389,8 +396,9 @@ pub fn run_region<'k>(
     keys: KeyReader<'k>,
     ops: &mut RegionOps,
     incoming: &[Event],
+    buf: Vec<(u64, u64)>,
 ) -> Sim<Region<'k>> {
-    let mut r = Region::new(a, b, cap, keys);
+    let mut r = Region::new(a, b, cap, keys, buf);
     // Own operations are read `LOOKAHEAD` ahead and their ideal slots
     // prefetched; they are still applied one at a time in log order.
     let mut ahead: std::collections::VecDeque<(u64, Op)> =
