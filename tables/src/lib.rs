@@ -30,6 +30,7 @@ mod prefetch;
 mod reader;
 mod robin;
 mod sidecar;
+mod snappy_prefix;
 mod verify;
 pub mod vlq;
 mod writer;

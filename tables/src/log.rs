@@ -6,6 +6,7 @@ use crate::block;
 use crate::error::{Error, Result};
 use crate::header::{Compression, LogHeader, LOG_HEADER_LEN};
 use crate::limits::{MAX_KEY_LEN, MAX_VALUE_LEN};
+use crate::snappy_prefix::SnappyPrefix;
 use crate::vlq;
 use std::borrow::Cow;
 use std::path::Path;
@@ -175,32 +176,62 @@ impl LogData<'_> {
     /// else (an entry spilling over later blocks, or damage), which the
     /// cursor's path then reads or reports in full.
     fn entry_in_block(self, loc: Location) -> Option<Entry<'static>> {
+        /// Bytes decoded at a time while stepping through a snappy block.
+        const STEP: usize = 512;
         thread_local! {
             static BLOCK: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
         }
         let rest = &self.bytes[loc.block as usize..self.header.data_end as usize];
         let (len, n) = vlq::decode(rest).ok()?;
         let data = rest.get(n..n.checked_add(usize::try_from(len).ok()?)?)?;
+        let max = self.header.compression_block_size as usize;
         BLOCK.with(|cell| {
             let mut buf = cell.borrow_mut();
-            block::decompress_into(
-                self.header.compression,
-                data,
-                u64::from(self.header.compression_block_size),
-                &mut buf,
-                self.path,
-                loc.block,
-            )
-            .ok()?;
+            // Snappy blocks are decoded only as far as the entry (half the
+            // block on average); zstd frames whole.
+            let mut snappy = match self.header.compression {
+                Compression::Snappy => Some(SnappyPrefix::new(data, max, &mut buf).ok()?),
+                c => {
+                    block::decompress_into(c, data, max as u64, &mut buf, self.path, loc.block)
+                        .ok()?;
+                    None
+                }
+            };
+            // Makes at least `to` bytes ready (fewer at the block's end);
+            // returns how many are.
+            let mut fill = |buf: &mut Vec<u8>, to: usize| -> Option<usize> {
+                match &mut snappy {
+                    Some(d) => {
+                        d.fill_to(to, buf).ok()?;
+                        Some(d.decoded())
+                    }
+                    None => Some(buf.len()),
+                }
+            };
             let mut pos = 0usize;
             let mut ordinal = 0u64;
+            let mut ready = fill(&mut buf, STEP)?;
             loop {
-                let (kind, klen, vlen, hdr) = entry_header(buf.get(pos..)?, self.path, 0).ok()?;
+                if pos + 2 * vlq::MAX_LEN > ready {
+                    ready = fill(&mut buf, pos + STEP)?;
+                }
+                let at = buf.get(pos..ready)?;
+                // Short entries (both lengths under 128) skip the general
+                // decoder: the common case, stepped over many times a get.
+                let (kind, klen, vlen, hdr) = match at {
+                    [a @ 1..=0x7f, b @ 0..=0x7f, ..] => {
+                        (EntryKind::Put, u64::from(a - 1), u64::from(*b), 2)
+                    }
+                    _ => entry_header(at, self.path, 0).ok()?,
+                };
                 let k0 = pos + hdr;
                 let v0 = k0.checked_add(klen as usize)?;
                 let end = v0.checked_add(vlen as usize)?;
-                if end > buf.len() {
-                    return None;
+                if end > ready {
+                    ready = fill(&mut buf, end.max(pos + STEP))?;
+                    if end > ready {
+                        return None; // it spills over later blocks
+                    }
                 }
                 if ordinal == loc.ordinal {
                     return Some(Entry {

@@ -87,6 +87,16 @@ proptest! {
                 }
             }
         }
+        // get_many answers as get does, for present, deleted and absent keys.
+        let mut asked: Vec<Vec<u8>> = ops.iter().map(|op| match op {
+            Op::Put(k, _) | Op::Del(k) => k.clone(),
+        }).collect();
+        asked.push(b"never-written".to_vec());
+        let many = t.get_many(&asked).unwrap();
+        prop_assert_eq!(many.len(), asked.len());
+        for (k, got) in asked.iter().zip(&many) {
+            prop_assert_eq!(got.as_deref(), model.get(k).map(|v| v.as_slice()));
+        }
         let mut live: Vec<_> = t.to_vec().unwrap();
         live.sort();
         let want: Vec<_> = model.clone().into_iter().collect();
