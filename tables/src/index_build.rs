@@ -10,13 +10,12 @@ use crate::limits::DEFAULT_MEMORY_LIMIT;
 use crate::log::{EntryKind, Location, LogData};
 use crate::partition::{self, Event, RegionOps, RegionWriter, Stop};
 use crate::robin::{KeyReader, MemTable, Op, OpKind, SlotStats, LOOKAHEAD};
+use crate::slots::SlotVec;
 use std::fs::{File, OpenOptions};
 use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-/// Bytes of build memory per slot (hash and address as two u64s).
-const MEM_SLOT: u64 = 16;
 /// Most region files open at once while partitioning; more regions take
 /// more passes over the log.
 const MAX_OPEN_REGIONS: u64 = 256;
@@ -243,12 +242,16 @@ pub(crate) fn build_index_from(
     file.set_len(file_len)
         .map_err(|e| Error::io(&tmp, "set length", e))?;
 
-    let region_slots = (opts.memory_limit / 2 / MEM_SLOT).max(1);
+    // In one piece when the slots take at most three quarters of the
+    // limit; otherwise regions of half the limit, the other half going to
+    // the buffers of the regions' files.
+    let in_memory_slots = (opts.memory_limit / 4 * 3 / slot_size).max(1);
+    let region_slots = (opts.memory_limit / 2 / slot_size).max(1);
     let mut regions = 1;
     let mut region_runs = 1;
     let mut fell_back = false;
     let mut delete_garbage = 0;
-    let slot_garbage = if cap <= region_slots {
+    let slot_garbage = if cap <= in_memory_slots {
         build_in_memory(&ops, &keys, &file, &tmp, &params, &mut delete_garbage)?
     } else {
         regions = cap.div_ceil(region_slots);
@@ -434,33 +437,11 @@ pub(crate) fn read_le(b: &[u8]) -> u64 {
     u64::from_le_bytes(v)
 }
 
-fn encode_slots(slots: &[(u64, u64)], p: &Params, out: &mut Vec<u8>) {
-    out.clear();
-    let hs = p.hash_size.bytes() as usize;
-    let asz = p.address_size as usize;
-    for &(h, a) in slots {
-        out.extend_from_slice(&h.to_le_bytes()[..hs]);
-        out.extend_from_slice(&a.to_le_bytes()[..asz]);
-    }
-}
-
-fn write_slots(
-    file: &File,
-    tmp: &Path,
-    p: &Params,
-    first: u64,
-    slots: &[(u64, u64)],
-) -> Result<()> {
+/// Writes the file bytes of slots `first..` (already in the file's layout).
+fn write_slots(file: &File, tmp: &Path, p: &Params, first: u64, bytes: &[u8]) -> Result<()> {
     let slot_size = u64::from(p.hash_size.bytes() + p.address_size);
-    let mut buf = Vec::new();
-    // In chunks, so the encoded copy stays small next to the table.
-    for (i, chunk) in slots.chunks(1 << 16).enumerate() {
-        encode_slots(chunk, p, &mut buf);
-        let at = INDEX_HEADER_LEN as u64 + (first + (i as u64) * (1 << 16)) * slot_size;
-        file.write_all_at(&buf, at)
-            .map_err(|e| Error::io(tmp, "write slots", e))?;
-    }
-    Ok(())
+    file.write_all_at(bytes, INDEX_HEADER_LEN as u64 + first * slot_size)
+        .map_err(|e| Error::io(tmp, "write slots", e))
 }
 
 fn build_in_memory(
@@ -471,7 +452,7 @@ fn build_in_memory(
     p: &Params,
     delete_garbage: &mut u64,
 ) -> Result<u64> {
-    let mut t = MemTable::new(p.cap);
+    let mut t = MemTable::new(p.cap, p.hash_size.bytes(), p.address_size);
     // Applied in log order as they come, each `LOOKAHEAD` operations after
     // its slot was prefetched: the same table, with misses overlapped.
     let mut ahead = std::collections::VecDeque::with_capacity(LOOKAHEAD + 1);
@@ -487,7 +468,7 @@ fn build_in_memory(
     for op in ahead {
         t.apply(op, keys)?;
     }
-    write_slots(file, tmp, p, 0, &t.slots)?;
+    write_slots(file, tmp, p, 0, t.slots.bytes(0, p.cap as usize))?;
     Ok(t.garbage)
 }
 
@@ -538,8 +519,9 @@ fn build_partitioned(
     let mut runs = 0;
     // Every region's slots live in this one allocation, in turn; room for
     // a run of displaced entries past the region's end is reserved too.
-    let mut spare: Vec<(u64, u64)> =
-        Vec::with_capacity((region_slots + EXTENSION_RESERVE) as usize);
+    let slot_size = (p.hash_size.bytes() + p.address_size) as usize;
+    let mut spare: Vec<u8> =
+        Vec::with_capacity((region_slots + EXTENSION_RESERVE) as usize * slot_size);
     for _round in 0..MAX_WRAP_ROUNDS {
         let mut r = 0;
         loop {
@@ -552,7 +534,12 @@ fn build_partitioned(
                 *keys,
                 &mut src,
                 &inputs[r as usize],
-                std::mem::take(&mut spare),
+                SlotVec::new(
+                    (b - a) as usize,
+                    p.hash_size.bytes(),
+                    p.address_size,
+                    std::mem::take(&mut spare),
+                ),
             ) {
                 Ok(region) => region,
                 Err(Stop::Fallback) => return Ok(None),
@@ -560,12 +547,12 @@ fn build_partitioned(
             };
             runs += 1;
             ran[r as usize] = true;
-            write_slots(file, tmp, p, a, &region.slots[..(b - a) as usize])?;
+            write_slots(file, tmp, p, a, region.slots.bytes(0, (b - a) as usize))?;
             garbage[r as usize] = region.garbage;
             let next = ((r + 1) % n) as usize;
             let unchanged = inputs[next] == region.out;
             inputs[next] = region.out;
-            spare = region.slots;
+            spare = region.slots.into_buffer();
             if next == 0 {
                 if unchanged {
                     return Ok(Some((garbage.iter().sum(), runs)));

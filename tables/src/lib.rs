@@ -30,6 +30,7 @@ mod prefetch;
 mod reader;
 mod robin;
 mod sidecar;
+mod slots;
 mod snappy_prefix;
 mod verify;
 pub mod vlq;

@@ -34,6 +34,7 @@
 
 use crate::error::{Error, Result};
 use crate::robin::{displacement, KeyReader, Op, OpKind, LOOKAHEAD};
+use crate::slots::SlotVec;
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
@@ -119,7 +120,7 @@ pub struct Region<'k> {
     a: u64,
     b: u64,
     cap: u64,
-    pub slots: Vec<(u64, u64)>,
+    pub slots: SlotVec,
     pub garbage: u64,
     pub out: Vec<Event>,
     keys: KeyReader<'k>,
@@ -129,11 +130,8 @@ impl<'k> Region<'k> {
     /// A region over `[a, b)` whose slots reuse `buf`'s allocation: one
     /// allocation serves every region of a build, so the allocator never
     /// holds freed regions' memory beside the live one.
-    pub fn new(a: u64, b: u64, cap: u64, keys: KeyReader<'k>, buf: Vec<(u64, u64)>) -> Self {
+    pub fn new(a: u64, b: u64, cap: u64, keys: KeyReader<'k>, slots: SlotVec) -> Self {
         assert!(a < b && b <= cap, "region within the table");
-        let mut slots = buf;
-        slots.clear();
-        slots.resize((b - a) as usize, (0, 0));
         Region {
             a,
             b,
@@ -152,19 +150,19 @@ impl<'k> Region<'k> {
         }
         let i = i as usize;
         if i >= self.slots.len() {
-            self.slots.resize(i + 1, (0, 0));
+            self.slots.grow(i + 1);
         }
         Ok(i)
     }
 
     fn get(&mut self, s: u64) -> Sim<(u64, u64)> {
         let i = self.idx(s)?;
-        Ok(self.slots[i])
+        Ok(self.slots.get(i))
     }
 
     fn set(&mut self, s: u64, v: (u64, u64)) -> Sim<()> {
         let i = self.idx(s)?;
-        self.slots[i] = v;
+        self.slots.set(i, v);
         Ok(())
     }
 
@@ -172,9 +170,7 @@ impl<'k> Region<'k> {
     #[inline]
     pub fn prefetch(&self, op: &Op) {
         let i = (op.hash % self.cap).wrapping_sub(self.a) as usize;
-        if let Some(slot) = self.slots.get(i) {
-            crate::prefetch::prefetch(slot);
-        }
+        self.slots.prefetch(i);
     }
 
     /// Applies an operation of this region's own (its ideal slot is here).
@@ -387,7 +383,7 @@ impl RegionWriter {
 }
 
 /// Replays region `[a, b)`: its own operations from `ops` merged in log
-/// order with `incoming` events, in slots that reuse `buf`. Returns the
+/// order with `incoming` events, in `slots` (empty, `b - a` long). Returns the
 /// finished region.
 pub fn run_region<'k>(
     a: u64,
@@ -396,9 +392,9 @@ pub fn run_region<'k>(
     keys: KeyReader<'k>,
     ops: &mut RegionOps,
     incoming: &[Event],
-    buf: Vec<(u64, u64)>,
+    slots: SlotVec,
 ) -> Sim<Region<'k>> {
-    let mut r = Region::new(a, b, cap, keys, buf);
+    let mut r = Region::new(a, b, cap, keys, slots);
     // Own operations are read `LOOKAHEAD` ahead and their ideal slots
     // prefetched; they are still applied one at a time in log order.
     let mut ahead: std::collections::VecDeque<(u64, Op)> =

@@ -11,6 +11,7 @@
 
 use crate::error::{Error, Result};
 use crate::log::LogData;
+use crate::slots::SlotVec;
 
 /// One step of a build, in log order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,18 +73,18 @@ pub const LOOKAHEAD: usize = 16;
 /// The whole slot table in memory, as sparkey builds it.
 pub struct MemTable {
     pub cap: u64,
-    /// (stored hash, address); address 0 means empty (and hash 0 too).
-    pub slots: Vec<(u64, u64)>,
+    /// Address 0 means empty (and hash 0 too).
+    pub slots: SlotVec,
     /// Bytes of PUT entries replaced or deleted during the replay.
     pub garbage: u64,
 }
 
 impl MemTable {
-    pub fn new(cap: u64) -> Self {
+    pub fn new(cap: u64, hash_size: u32, address_size: u32) -> Self {
         assert!(cap >= 1, "capacity is at least 1");
         MemTable {
             cap,
-            slots: vec![(0, 0); cap as usize],
+            slots: SlotVec::new(cap as usize, hash_size, address_size, Vec::new()),
             garbage: 0,
         }
     }
@@ -91,7 +92,7 @@ impl MemTable {
     /// Hints that `op` will be applied soon (see `LOOKAHEAD`).
     #[inline]
     pub fn prefetch(&self, op: &Op) {
-        crate::prefetch::prefetch(&self.slots[(op.hash % self.cap) as usize]);
+        self.slots.prefetch((op.hash % self.cap) as usize);
     }
 
     pub fn apply(&mut self, op: Op, keys: &KeyReader<'_>) -> Result<()> {
@@ -119,20 +120,20 @@ impl MemTable {
         let mut s = hash % self.cap;
         let mut disp = 0u64;
         for _ in 0..=self.cap {
-            let (h2, a2) = self.slots[s as usize];
+            let (h2, a2) = self.slots.get(s as usize);
             if a2 == 0 {
-                self.slots[s as usize] = (hash, addr);
+                self.slots.set(s as usize, (hash, addr));
                 return Ok(());
             }
             if compare && h2 == hash && keys.same_key(addr, a2)? {
                 self.garbage += keys.size(a2)?;
-                self.slots[s as usize].1 = addr;
+                self.slots.set(s as usize, (h2, addr));
                 return Ok(());
             }
             let other = displacement(s, h2, self.cap);
             if disp > other {
                 // Robin Hood: the poorer entry takes the slot.
-                self.slots[s as usize] = (hash, addr);
+                self.slots.set(s as usize, (hash, addr));
                 (hash, addr, disp, compare) = (h2, a2, other, false);
             }
             s = self.next(s);
@@ -144,7 +145,7 @@ impl MemTable {
     fn delete(&mut self, hash: u64, del_addr: u64, keys: &KeyReader<'_>) -> Result<()> {
         let mut s = hash % self.cap;
         for disp in 0..self.cap {
-            let (h2, a2) = self.slots[s as usize];
+            let (h2, a2) = self.slots.get(s as usize);
             if a2 == 0 {
                 return Ok(());
             }
@@ -165,15 +166,15 @@ impl MemTable {
     fn shift_back(&mut self, mut hole: u64) {
         for _ in 0..self.cap {
             let n = self.next(hole);
-            let (h, a) = self.slots[n as usize];
+            let (h, a) = self.slots.get(n as usize);
             if a == 0 || displacement(n, h, self.cap) == 0 || n == hole {
-                self.slots[hole as usize] = (0, 0);
+                self.slots.set(hole as usize, (0, 0));
                 return;
             }
-            self.slots[hole as usize] = (h, a);
+            self.slots.set(hole as usize, (h, a));
             hole = n;
         }
-        self.slots[hole as usize] = (0, 0);
+        self.slots.set(hole as usize, (0, 0));
     }
 }
 

@@ -132,7 +132,8 @@ proptest! {
 
 #[test]
 fn the_bounded_build_uses_many_regions_and_wraps() {
-    // Many regions of 2 slots: walks cross boundaries and wrap round.
+    // Many regions of 2 slots (8 bytes each, a 32-byte limit): walks cross
+    // boundaries and wrap round.
     let dir = tempfile::tempdir().unwrap();
     let base = dir.path().join("t");
     let ops: Vec<Op> = (0..3000u32)
@@ -147,7 +148,7 @@ fn the_bounded_build_uses_many_regions_and_wraps() {
     write(&base, &ops, Compression::None, 0);
     let spl = base.with_extension("spl");
     let mut want = None;
-    for limit in [u64::MAX, 64, 1000] {
+    for limit in [u64::MAX, 32, 1000] {
         let out = dir.path().join(format!("{limit}.spi"));
         let r = build_index(
             &spl,
@@ -160,7 +161,7 @@ fn the_bounded_build_uses_many_regions_and_wraps() {
         )
         .unwrap();
         assert!(!r.fell_back);
-        if limit == 64 {
+        if limit == 32 {
             assert!(r.regions > 1000, "{r:?}");
         }
         let got = std::fs::read(&out).unwrap();
