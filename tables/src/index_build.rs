@@ -251,8 +251,10 @@ pub(crate) fn build_index_from(
     let mut region_runs = 1;
     let mut fell_back = false;
     let mut delete_garbage = 0;
+    // Statistics come from the slots in memory, or are read back.
+    let mut stats = None;
     let slot_garbage = if cap <= in_memory_slots {
-        build_in_memory(&ops, &keys, &file, &tmp, &params, &mut delete_garbage)?
+        build_in_memory(&ops, &keys, &file, &tmp, &params, &mut delete_garbage, &mut stats)?
     } else {
         regions = cap.div_ceil(region_slots);
         let temp_dir = opts
@@ -277,13 +279,16 @@ pub(crate) fn build_index_from(
             None => {
                 fell_back = true;
                 delete_garbage = 0;
-                build_in_memory(&ops, &keys, &file, &tmp, &params, &mut delete_garbage)?
+                build_in_memory(&ops, &keys, &file, &tmp, &params, &mut delete_garbage, &mut stats)?
             }
         }
     };
 
     // Statistics over the finished table, read back in slot order.
-    let stats = table_stats(&file, &tmp, &params)?;
+    let stats = match stats {
+        Some(s) => s,
+        None => table_stats(&file, &tmp, &params)?,
+    };
     let old_garbage = prev.map_or(0, |p| p.header.garbage_size);
     let header = IndexHeader {
         major: 1,
@@ -451,6 +456,7 @@ fn build_in_memory(
     tmp: &Path,
     p: &Params,
     delete_garbage: &mut u64,
+    stats: &mut Option<SlotStats>,
 ) -> Result<u64> {
     let mut t = MemTable::new(p.cap, p.hash_size.bytes(), p.address_size);
     // Applied in log order as they come, each `LOOKAHEAD` operations after
@@ -469,6 +475,12 @@ fn build_in_memory(
         t.apply(op, keys)?;
     }
     write_slots(file, tmp, p, 0, t.slots.bytes(0, p.cap as usize))?;
+    let mut st = SlotStats::default();
+    for i in 0..p.cap {
+        let (h, a) = t.slots.get(i as usize);
+        st.observe(h, a, p.cap);
+    }
+    *stats = Some(st.finish());
     Ok(t.garbage)
 }
 

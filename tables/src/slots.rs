@@ -48,24 +48,59 @@ impl SlotVec {
     }
 
     /// Slot `i`: (stored hash, address); address 0 means empty.
-    #[inline]
+    #[inline(always)]
     pub fn get(&self, i: usize) -> (u64, u64) {
         let at = i * self.slot_size;
-        let b = &self.bytes[at..at + self.slot_size];
-        (read_le(&b[..self.hash_size]), read_le(&b[self.hash_size..]))
+        // Fixed-size loads for each layout (a variable-length copy would be
+        // a call per field, and this is the build's innermost step).
+        match (self.hash_size, self.slot_size) {
+            (4, 8) => {
+                let w = u64::from_le_bytes(self.bytes[at..at + 8].try_into().expect("8"));
+                (w & 0xFFFF_FFFF, w >> 32)
+            }
+            (8, 16) => {
+                let b: &[u8; 16] = self.bytes[at..at + 16].try_into().expect("16");
+                (
+                    u64::from_le_bytes(b[..8].try_into().expect("8")),
+                    u64::from_le_bytes(b[8..].try_into().expect("8")),
+                )
+            }
+            (hs, ss) => {
+                let b = &self.bytes[at..at + ss];
+                (read_le(&b[..hs]), read_le(&b[hs..]))
+            }
+        }
     }
 
     /// Sets slot `i`. The hash and address must fit their fields (the
     /// build chose the sizes so that every hash and address does).
-    #[inline]
+    #[inline(always)]
     pub fn set(&mut self, i: usize, (hash, addr): (u64, u64)) {
         let (hs, ss) = (self.hash_size, self.slot_size);
         debug_assert!(hs == 8 || hash >> 32 == 0, "hash {hash:#x} fits {hs} bytes");
         debug_assert!(ss - hs == 8 || addr >> 32 == 0, "address {addr:#x} fits");
         let at = i * ss;
-        let b = &mut self.bytes[at..at + ss];
-        b[..hs].copy_from_slice(&hash.to_le_bytes()[..hs]);
-        b[hs..].copy_from_slice(&addr.to_le_bytes()[..ss - hs]);
+        match (hs, ss) {
+            (4, 8) => {
+                let w = (hash & 0xFFFF_FFFF) | (addr << 32);
+                self.bytes[at..at + 8].copy_from_slice(&w.to_le_bytes());
+            }
+            (8, 16) => {
+                let b: &mut [u8; 16] = (&mut self.bytes[at..at + 16]).try_into().expect("16");
+                b[..8].copy_from_slice(&hash.to_le_bytes());
+                b[8..].copy_from_slice(&addr.to_le_bytes());
+            }
+            (8, 12) => {
+                let b: &mut [u8; 12] = (&mut self.bytes[at..at + 12]).try_into().expect("12");
+                b[..8].copy_from_slice(&hash.to_le_bytes());
+                b[8..].copy_from_slice(&(addr as u32).to_le_bytes());
+            }
+            _ => {
+                let b = &mut self.bytes[at..at + ss];
+                b[..hs].copy_from_slice(&hash.to_le_bytes()[..hs]);
+                b[hs..].copy_from_slice(&addr.to_le_bytes()[..ss - hs]);
+            }
+        }
     }
 
     /// Hints that slot `i` (if there is one) will be used soon.
