@@ -254,7 +254,15 @@ pub(crate) fn build_index_from(
     // Statistics come from the slots in memory, or are read back.
     let mut stats = None;
     let slot_garbage = if cap <= in_memory_slots {
-        build_in_memory(&ops, &keys, &file, &tmp, &params, &mut delete_garbage, &mut stats)?
+        build_in_memory(
+            &ops,
+            &keys,
+            &file,
+            &tmp,
+            &params,
+            &mut delete_garbage,
+            &mut stats,
+        )?
     } else {
         regions = cap.div_ceil(region_slots);
         let temp_dir = opts
@@ -279,7 +287,15 @@ pub(crate) fn build_index_from(
             None => {
                 fell_back = true;
                 delete_garbage = 0;
-                build_in_memory(&ops, &keys, &file, &tmp, &params, &mut delete_garbage, &mut stats)?
+                build_in_memory(
+                    &ops,
+                    &keys,
+                    &file,
+                    &tmp,
+                    &params,
+                    &mut delete_garbage,
+                    &mut stats,
+                )?
             }
         }
     };

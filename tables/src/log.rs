@@ -69,7 +69,12 @@ pub struct Entry<'a> {
 }
 
 /// The lengths an entry's two VLQs give: (kind, key_len, value_len, header bytes).
+#[inline]
 fn entry_header(bytes: &[u8], path: &Path, offset: u64) -> Result<(EntryKind, u64, u64, usize)> {
+    // Short PUTs (key and value under 128 bytes) are most entries.
+    if let [a @ 1..=0x7f, b @ 0..=0x7f, ..] = bytes {
+        return Ok((EntryKind::Put, u64::from(a - 1), u64::from(*b), 2));
+    }
     let (a, n1) = vlq::decode(bytes).map_err(|e| Error::corrupt(path, offset, e.to_string()))?;
     let (b, n2) =
         vlq::decode(&bytes[n1..]).map_err(|e| Error::corrupt(path, offset, e.to_string()))?;
@@ -216,14 +221,7 @@ impl LogData<'_> {
                     ready = fill(&mut buf, pos + STEP)?;
                 }
                 let at = buf.get(pos..ready)?;
-                // Short entries (both lengths under 128) skip the general
-                // decoder: the common case, stepped over many times a get.
-                let (kind, klen, vlen, hdr) = match at {
-                    [a @ 1..=0x7f, b @ 0..=0x7f, ..] => {
-                        (EntryKind::Put, u64::from(a - 1), u64::from(*b), 2)
-                    }
-                    _ => entry_header(at, self.path, 0).ok()?,
-                };
+                let (kind, klen, vlen, hdr) = entry_header(at, self.path, 0).ok()?;
                 let k0 = pos + hdr;
                 let v0 = k0.checked_add(klen as usize)?;
                 let end = v0.checked_add(vlen as usize)?;
@@ -249,6 +247,7 @@ impl LogData<'_> {
 }
 
 /// An uncompressed entry at `off`, which must end by `end`.
+#[inline]
 fn parse_plain(log: LogData<'_>, off: u64, end: u64) -> Result<RawEntry<'_>> {
     let at = &log.bytes[off as usize..end as usize];
     let (kind, klen, vlen, hdr) = entry_header(at, log.path, off)?;
