@@ -477,18 +477,26 @@ fn build_in_memory(
     let mut t = MemTable::new(p.cap, p.hash_size.bytes(), p.address_size);
     // Applied in log order as they come, each `LOOKAHEAD` operations after
     // its slot was prefetched: the same table, with misses overlapped.
-    let mut ahead = std::collections::VecDeque::with_capacity(LOOKAHEAD + 1);
+    // A fixed ring: operation i waits in slot i % LOOKAHEAD.
+    const _: () = assert!(LOOKAHEAD.is_power_of_two());
+    let mut ring = [Op {
+        hash: 0,
+        addr: 0,
+        kind: OpKind::Put,
+    }; LOOKAHEAD];
+    let mut seen = 0usize;
     *delete_garbage = ops.for_each(&mut |_, op| {
         t.prefetch(&op);
-        ahead.push_back(op);
-        if ahead.len() > LOOKAHEAD {
-            let next = ahead.pop_front().expect("non-empty");
-            t.apply(next, keys)?;
+        let slot = &mut ring[seen & (LOOKAHEAD - 1)];
+        if seen >= LOOKAHEAD {
+            t.apply(*slot, keys)?;
         }
+        *slot = op;
+        seen += 1;
         Ok(())
     })?;
-    for op in ahead {
-        t.apply(op, keys)?;
+    for i in seen.saturating_sub(LOOKAHEAD)..seen {
+        t.apply(ring[i & (LOOKAHEAD - 1)], keys)?;
     }
     write_slots(file, tmp, p, 0, t.slots.bytes(0, p.cap as usize))?;
     let mut st = SlotStats::default();
