@@ -9,13 +9,49 @@ use std::path::Path;
 /// zstd level sparkey uses.
 const ZSTD_LEVEL: i32 = 3;
 
-pub fn compress(c: Compression, data: &[u8]) -> std::io::Result<Vec<u8>> {
-    match c {
-        Compression::None => Ok(data.to_vec()),
-        Compression::Snappy => snap::raw::Encoder::new()
-            .compress_vec(data)
-            .map_err(std::io::Error::other),
-        Compression::Zstd => zstd::bulk::compress(data, ZSTD_LEVEL),
+/// Compresses a log's blocks, keeping its coder state from one block to
+/// the next (a zstd context is a large allocation to make per block).
+pub struct BlockCompressor {
+    compression: Compression,
+    snappy: snap::raw::Encoder,
+    zstd: Option<zstd::bulk::Compressor<'static>>,
+    out: Vec<u8>,
+}
+
+impl BlockCompressor {
+    pub fn new(compression: Compression) -> std::io::Result<Self> {
+        Ok(BlockCompressor {
+            compression,
+            snappy: snap::raw::Encoder::new(),
+            zstd: match compression {
+                Compression::Zstd => Some(zstd::bulk::Compressor::new(ZSTD_LEVEL)?),
+                _ => None,
+            },
+            out: Vec::new(),
+        })
+    }
+
+    /// The compressed form of one block (valid until the next call).
+    pub fn compress(&mut self, data: &[u8]) -> std::io::Result<&[u8]> {
+        self.out.clear();
+        match self.compression {
+            Compression::None => self.out.extend_from_slice(data),
+            Compression::Snappy => {
+                self.out.resize(snap::raw::max_compress_len(data.len()), 0);
+                let n = self
+                    .snappy
+                    .compress(data, &mut self.out)
+                    .map_err(std::io::Error::other)?;
+                self.out.truncate(n);
+            }
+            Compression::Zstd => {
+                let z = self.zstd.as_mut().expect("made for zstd");
+                self.out
+                    .reserve(zstd::zstd_safe::compress_bound(data.len()));
+                z.compress_to_buffer(data, &mut self.out)?;
+            }
+        }
+        Ok(&self.out)
     }
 }
 

@@ -62,6 +62,7 @@ pub struct TableWriter {
     block: Vec<u8>,
     block_entries: u32,
     scratch: Vec<u8>,
+    compressor: block::BlockCompressor,
 }
 
 impl TableWriter {
@@ -85,6 +86,8 @@ impl TableWriter {
             .open(&tmp)
             .map_err(|e| Error::io(&tmp, "create", e))?;
         let header = LogHeader::new(rand::random(), opts.compression, opts.block_size);
+        let compressor = block::BlockCompressor::new(opts.compression)
+            .map_err(|e| Error::io(&tmp, "start compressor", e))?;
         // sparkey's writer buffers 1 MiB too.
         let mut out = BufWriter::with_capacity(1 << 20, f);
         out.write_all(&header.to_bytes())
@@ -102,6 +105,7 @@ impl TableWriter {
             header,
             block_entries: 0,
             scratch: Vec::new(),
+            compressor,
         })
     }
 
@@ -185,12 +189,19 @@ impl TableWriter {
         if self.block.is_empty() {
             return Ok(());
         }
-        let c = block::compress(self.header.compression, &self.block)
-            .map_err(|e| Error::io(self.guard.path(), "compress block", e))?;
+        let path = self.guard.path();
+        let c = self
+            .compressor
+            .compress(&self.block)
+            .map_err(|e| Error::io(path, "compress block", e))?;
         let mut len = Vec::with_capacity(vlq::MAX_LEN);
         vlq::encode(c.len() as u64, &mut len);
-        self.write_out(&len)?;
-        self.write_out(&c)?;
+        for part in [&len[..], c] {
+            self.out
+                .write_all(part)
+                .map_err(|e| Error::io(path, "write", e))?;
+            self.header.data_end += part.len() as u64;
+        }
         self.block.clear();
         self.block_entries = 0;
         Ok(())
