@@ -242,10 +242,11 @@ pub(crate) fn build_index_from(
     file.set_len(file_len)
         .map_err(|e| Error::io(&tmp, "set length", e))?;
 
-    // In one piece when the slots take at most three quarters of the
-    // limit; otherwise regions of half the limit, the other half going to
-    // the buffers of the regions' files.
-    let in_memory_slots = (opts.memory_limit / 4 * 3 / slot_size).max(1);
+    // In one piece when the slots take at most seven eighths of the limit
+    // (the rest is I/O buffers and the log pages not yet released);
+    // otherwise regions of half the limit, the other half going to the
+    // buffers of the regions' files.
+    let in_memory_slots = (opts.memory_limit / 8 * 7 / slot_size).max(1);
     let region_slots = (opts.memory_limit / 2 / slot_size).max(1);
     let mut regions = 1;
     let mut region_runs = 1;
