@@ -101,6 +101,10 @@ fn human(dir: &str, s: &kivi::Stats) -> String {
         ("sliced checkpoints", s.sliced_checkpoints.to_string()),
         ("failed checkpoints", s.failed_checkpoints.to_string()),
         (
+            "write stalls",
+            format!("{} ({} ms waited)", s.write_stalls, s.write_stall_us / 1000),
+        ),
+        (
             "cleaner",
             format!(
                 "{} page segments deleted, {} copied out of them first, {} waiting for readers",

@@ -25,7 +25,7 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How often the background thread looks at the store when nothing wakes it.
 const TICK: Duration = Duration::from_millis(200);
@@ -38,6 +38,13 @@ const FINAL_CHECKPOINT_MIN_BYTES: u64 = 1 << 20;
 const FINAL_CHECKPOINT_MIN_SEGMENTS: usize = 8;
 /// Pause after a failed checkpoint before trying again.
 const RETRY_PAUSE: Duration = Duration::from_secs(1);
+/// Writers wait while unwritten changes pass this many write buffers: one
+/// being written by a checkpoint, one gathering beside it.
+const WRITE_STALL_FACTOR: u64 = 2;
+/// The longest one write waits for the write buffer to drain.
+const MAX_WRITE_STALL: Duration = Duration::from_secs(1);
+/// How often a waiting writer looks again without a signal.
+const WRITE_STALL_STEP: Duration = Duration::from_millis(10);
 
 pub(crate) struct Checkpointer {
     pages: PageLog,
@@ -304,6 +311,9 @@ struct BgState {
 pub(crate) struct Background {
     state: Mutex<BgState>,
     cond: Condvar,
+    /// Signalled after each background checkpoint: writers held back by a
+    /// full write buffer (`Inner::wait_for_write_buffer`) look again.
+    written: Condvar,
     thread: Mutex<Option<JoinHandle<Result<()>>>>,
 }
 
@@ -321,6 +331,23 @@ impl Background {
         let mut st = self.state.lock();
         st.wake = true;
         self.cond.notify_one();
+    }
+
+    /// Wakes the thread and waits until it finishes a checkpoint, or
+    /// `at_most` passes, or it is stopping.
+    pub fn wait_written(&self, at_most: Duration) {
+        let mut st = self.state.lock();
+        if st.stop {
+            return;
+        }
+        st.wake = true;
+        self.cond.notify_one();
+        self.written.wait_for(&mut st, at_most);
+    }
+
+    fn notify_written(&self) {
+        let _st = self.state.lock();
+        self.written.notify_all();
     }
 
     /// Stops the thread and returns the result of its final checkpoint.
@@ -378,10 +405,14 @@ fn run(inner: &Inner) -> Result<()> {
         } else {
             CheckpointKind::Slice
         };
-        if due && inner.run_checkpoint(kind).is_err() {
-            let mut st = inner.background.state.lock();
-            if !st.stop {
-                inner.background.cond.wait_for(&mut st, RETRY_PAUSE);
+        if due {
+            let result = inner.run_checkpoint(kind);
+            inner.background.notify_written();
+            if result.is_err() {
+                let mut st = inner.background.state.lock();
+                if !st.stop {
+                    inner.background.cond.wait_for(&mut st, RETRY_PAUSE);
+                }
             }
         }
         inner.delete_retired();
@@ -436,6 +467,36 @@ impl Inner {
     /// memory as `write_buffer_bytes` allows.
     pub(crate) fn write_buffer_full(&self) -> bool {
         self.pager.dirty_bytes() >= self.opts.write_buffer_bytes
+    }
+
+    /// Holds a writer back while the changes not yet written by a
+    /// checkpoint pass `WRITE_STALL_FACTOR` times the write buffer, until
+    /// background checkpoints bring them under it or `MAX_WRITE_STALL`
+    /// passes. Without it, writers that outrun the checkpoints gathered
+    /// changes without bound: random updates on a 10M-pair store held 3.5x
+    /// a 64 MiB write buffer (docs/benchmarks.md, "Memory"). The wait is
+    /// bounded so that a checkpoint that keeps failing (a full disk) turns
+    /// into slow writes that report their own errors, not a hang.
+    pub(crate) fn wait_for_write_buffer(&self) {
+        let limit = self
+            .opts
+            .write_buffer_bytes
+            .saturating_mul(WRITE_STALL_FACTOR);
+        if self.pager.dirty_bytes() < limit {
+            return;
+        }
+        let start = Instant::now();
+        self.counters.write_stalls.fetch_add(1, Ordering::Relaxed);
+        while self.pager.dirty_bytes() >= limit && !self.closed.load(Ordering::Acquire) {
+            let left = MAX_WRITE_STALL.saturating_sub(start.elapsed());
+            if left.is_zero() {
+                break;
+            }
+            self.background.wait_written(left.min(WRITE_STALL_STEP));
+        }
+        self.counters
+            .write_stall_us
+            .fetch_add(start.elapsed().as_micros() as u64, Ordering::Relaxed);
     }
 
     /// Whether the commit log, `log_bytes` long, takes so much of the room

@@ -56,6 +56,10 @@ pub(crate) struct Counters {
     pub cleaner_copied_bytes: AtomicU64,
     /// Page segments no checkpoint uses that wait for old readers to finish.
     pub retiring_segments: AtomicU64,
+    /// Writes held back because unwritten changes filled the write buffer
+    /// twice over, and the microseconds they waited in all.
+    pub write_stalls: AtomicU64,
+    pub write_stall_us: AtomicU64,
 }
 
 pub(crate) struct Inner {
@@ -337,6 +341,9 @@ impl Db {
                 requests.push(Request::Write(b));
             }
         }
+        if !requests.is_empty() {
+            inner.wait_for_write_buffer();
+        }
         let mut replies = inner
             .pipeline
             .submit_many(requests, &|group| inner.commit_group(group))
@@ -466,6 +473,9 @@ impl Inner {
     pub(crate) fn submit(&self, request: Request) -> Result<Reply> {
         if self.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
+        }
+        if matches!(request, Request::Write(_)) {
+            self.wait_for_write_buffer();
         }
         self.pipeline
             .submit(request, &|group| self.commit_group(group))

@@ -51,6 +51,11 @@ pub struct Stats {
     /// kept from the previous checkpoint's pages).
     pub sliced_checkpoints: u64,
     pub failed_checkpoints: u64,
+    /// Writes held back because the changes no checkpoint had written yet
+    /// passed twice `write_buffer_bytes`, and the microseconds they waited
+    /// in all (each waits at most a second).
+    pub write_stalls: u64,
+    pub write_stall_us: u64,
     /// Page segments the cleaner deleted since open.
     pub cleaned_segments: u64,
     /// Bytes of live pages and values the cleaner copied out of old page
@@ -115,6 +120,8 @@ impl Db {
             checkpoints: c.checkpoints.load(Ordering::Relaxed),
             sliced_checkpoints: c.sliced_checkpoints.load(Ordering::Relaxed),
             failed_checkpoints: c.failed_checkpoints.load(Ordering::Relaxed),
+            write_stalls: c.write_stalls.load(Ordering::Relaxed),
+            write_stall_us: c.write_stall_us.load(Ordering::Relaxed),
             cleaned_segments: c.cleaned_segments.load(Ordering::Relaxed),
             cleaner_copied_bytes: c.cleaner_copied_bytes.load(Ordering::Relaxed),
             retiring_segments: c.retiring_segments.load(Ordering::Relaxed),

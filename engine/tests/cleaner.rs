@@ -377,3 +377,150 @@ fn background_checkpoints_write_slices_and_recovery_replays_the_rest() {
     assert_eq!(dump(&reopened), model);
     assert_healthy(&reopened, model.len());
 }
+
+/// Storage whose page segments cannot sync while `closed` is set: the
+/// checkpoints stall, as they would behind a disk much slower than the
+/// writers.
+#[derive(Debug, Clone)]
+struct StalledPages {
+    sim: kivi::storage::SimStorage,
+    gate: std::sync::Arc<(parking_lot::Mutex<bool>, parking_lot::Condvar)>,
+}
+
+struct GatedWriter {
+    inner: Box<dyn kivi::storage::SegmentWriter>,
+    gate: std::sync::Arc<(parking_lot::Mutex<bool>, parking_lot::Condvar)>,
+}
+
+impl kivi::storage::SegmentWriter for GatedWriter {
+    fn append(&mut self, bytes: &[u8]) -> Result<(), kivi::storage::IoError> {
+        self.inner.append(bytes)
+    }
+    fn sync(&mut self) -> Result<(), kivi::storage::IoError> {
+        let (closed, cond) = &*self.gate;
+        let mut c = closed.lock();
+        while *c {
+            cond.wait(&mut c);
+        }
+        drop(c);
+        self.inner.sync()
+    }
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+}
+
+impl kivi::storage::Storage for StalledPages {
+    fn list_segments(&self) -> Result<Vec<u64>, kivi::storage::IoError> {
+        self.sim.list_segments()
+    }
+    fn create_segment(
+        &self,
+        id: u64,
+    ) -> Result<Box<dyn kivi::storage::SegmentWriter>, kivi::storage::IoError> {
+        self.sim.create_segment(id)
+    }
+    fn create_bulk_segment(
+        &self,
+        id: u64,
+    ) -> Result<Box<dyn kivi::storage::SegmentWriter>, kivi::storage::IoError> {
+        Ok(Box::new(GatedWriter {
+            inner: self.sim.create_segment(id)?,
+            gate: self.gate.clone(),
+        }))
+    }
+    fn open_segment(
+        &self,
+        id: u64,
+    ) -> Result<std::sync::Arc<dyn kivi::storage::SegmentReader>, kivi::storage::IoError> {
+        self.sim.open_segment(id)
+    }
+    fn delete_segment(&self, id: u64) -> Result<(), kivi::storage::IoError> {
+        self.sim.delete_segment(id)
+    }
+    fn read_meta(&self, name: &str) -> Result<Option<Vec<u8>>, kivi::storage::IoError> {
+        self.sim.read_meta(name)
+    }
+    fn write_meta(&self, name: &str, bytes: &[u8]) -> Result<(), kivi::storage::IoError> {
+        self.sim.write_meta(name, bytes)
+    }
+    fn segment_name(&self, id: u64) -> String {
+        self.sim.segment_name(id)
+    }
+}
+
+#[test]
+fn writers_wait_while_unwritten_changes_fill_the_write_buffer_twice() {
+    // Checkpoints cannot finish (their page syncs are held), so changes
+    // gather in memory; past twice the write buffer each write must wait
+    // (up to a second) instead of adding more. Once the checkpoints go
+    // through, the changes drain and writes stop waiting.
+    let gate = std::sync::Arc::new((parking_lot::Mutex::new(false), parking_lot::Condvar::new()));
+    let storage = StalledPages {
+        sim: kivi::storage::SimStorage::new(),
+        gate: gate.clone(),
+    };
+    let write_buffer = 256u64 << 10;
+    let opts = Options {
+        cache_bytes: 1 << 20,
+        checkpoint_bytes: 1 << 40,
+        write_buffer_bytes: write_buffer,
+        space_amplification_max: 1000.0,
+        ..Options::default()
+    };
+    let db = Db::open_with_storage(std::sync::Arc::new(storage), opts).unwrap();
+    let mut model = Model::new();
+    update(&db, &mut model, 5_000, 1, 1);
+    db.checkpoint().unwrap();
+    *gate.0.lock() = true;
+    // One write adds at most a few pages' worth (a leaf's path, split).
+    let slack = 64u64 << 10;
+    let mut most = 0;
+    let mut stalled = false;
+    for i in 0..200_000u64 {
+        let key = format!("k{:08}", mix(i) % 5_000);
+        let value = format!("v{i}-{}", "x".repeat(60));
+        db.put(key.as_bytes(), value.as_bytes()).unwrap();
+        model.insert(key.into_bytes(), value.into_bytes());
+        let s = db.stats().unwrap();
+        most = most.max(s.dirty_bytes);
+        // Short waits end as superseded versions are freed (their nodes
+        // count until then); one that lasts the whole second is a writer
+        // held back for as long as the limit allows.
+        if s.write_stall_us >= 1_000_000 {
+            stalled = true;
+            break;
+        }
+    }
+    assert!(
+        stalled,
+        "200,000 writes with checkpoints stalled never waited a second: {:?}",
+        db.stats().unwrap()
+    );
+    assert!(
+        most <= 2 * write_buffer + slack,
+        "unwritten changes reached {most} bytes, over twice the {write_buffer}-byte write buffer"
+    );
+    // Let the checkpoints through: the buffer drains and writes go on.
+    *gate.0.lock() = false;
+    gate.1.notify_all();
+    let mut s = db.stats().unwrap();
+    for _ in 0..500 {
+        if s.dirty_bytes < 2 * write_buffer {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        s = db.stats().unwrap();
+    }
+    assert!(s.dirty_bytes < 2 * write_buffer, "never drained: {s:?}");
+    let stalls = s.write_stalls;
+    db.put(b"after", b"drained").unwrap();
+    model.insert(b"after".to_vec(), b"drained".to_vec());
+    assert_eq!(
+        db.stats().unwrap().write_stalls,
+        stalls,
+        "waited once drained"
+    );
+    assert_eq!(dump(&db), model);
+    assert_healthy(&db, model.len());
+}

@@ -81,6 +81,8 @@ pub fn render(shared: &Shared, sections: &[Vec<u8>]) -> String {
             ("aof_enabled", "1".into()),
             ("kivi_checkpoints", st.checkpoints.to_string()),
             ("kivi_failed_checkpoints", st.failed_checkpoints.to_string()),
+            ("kivi_write_stalls", st.write_stalls.to_string()),
+            ("kivi_write_stall_us", st.write_stall_us.to_string()),
             ("kivi_redo_bytes", st.redo_bytes.to_string()),
             ("kivi_replayed_at_open", st.replayed_at_open.to_string()),
         ],
