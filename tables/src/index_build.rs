@@ -93,10 +93,32 @@ fn address_size(data_end: u64, bits: u32) -> u32 {
     }
 }
 
-/// A previous index that an incremental build reuses.
+/// A previous index that an incremental build reuses. It is mapped, not
+/// read into memory: the pass reads its slots in order and releases them as
+/// it goes, so a previous index larger than the memory limit costs none of
+/// it. (The build renames the new index over this file; the mapping keeps
+/// reading the old one.)
 struct Previous {
     header: IndexHeader,
-    bytes: Vec<u8>,
+    map: memmap2::Mmap,
+}
+
+impl Previous {
+    /// Lets this process drop the mapped pages of bytes `[from, to)`; see
+    /// `MappedLog::release`.
+    fn release(&self, from: usize, to: usize) {
+        let to = to.min(self.map.len());
+        if from >= to {
+            return;
+        }
+        // SAFETY: as in `MappedLog::release`: MADV_DONTNEED on a read-only
+        // shared file mapping only unmaps pages, and a later access maps
+        // the same (never modified) file bytes again.
+        let _ = unsafe {
+            self.map
+                .unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, from, to - from)
+        };
+    }
 }
 
 /// Maps a log for reading while it is built from.
@@ -344,14 +366,19 @@ pub(crate) fn build_index_from(
 }
 
 fn load_previous(index_path: &Path, lh: &LogHeader) -> Result<Option<Previous>> {
-    let bytes = match std::fs::read(index_path) {
-        Ok(b) => b,
+    let file = match std::fs::File::open(index_path) {
+        Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(Error::io(index_path, "read previous index", e)),
+        Err(e) => return Err(Error::io(index_path, "open previous index", e)),
     };
+    let len = file
+        .metadata()
+        .map_err(|e| Error::io(index_path, "stat previous index", e))?
+        .len();
+    let head = crate::reader::read_prefix(&file, len, INDEX_HEADER_LEN, index_path)?;
     // A previous index that does not parse or belongs elsewhere is simply
     // not reused (sparkey does the same).
-    let Ok(header) = IndexHeader::parse(&bytes, bytes.len() as u64, index_path) else {
+    let Ok(header) = IndexHeader::parse(&head, len, index_path) else {
         return Ok(None);
     };
     if header.file_identifier != lh.file_identifier
@@ -361,7 +388,11 @@ fn load_previous(index_path: &Path, lh: &LogHeader) -> Result<Option<Previous>> 
     {
         return Ok(None);
     }
-    Ok(Some(Previous { header, bytes }))
+    // `parse` checked that the file holds every slot the header declares.
+    let used = INDEX_HEADER_LEN as u64 + header.hash_capacity * header.slot_size();
+    debug_assert!(used <= len);
+    let map = crate::reader::map(&file, used, index_path)?;
+    Ok(Some(Previous { header, map }))
 }
 
 /// The operations of a build, in log order: the previous index's occupied
@@ -385,9 +416,14 @@ impl OpSource<'_> {
             let h = &prev.header;
             let ss = h.slot_size() as usize;
             let hs = h.hash_size.bytes() as usize;
+            let mut released = 0;
             for s in 0..h.hash_capacity as usize {
                 let at = INDEX_HEADER_LEN + s * ss;
-                let slot = &prev.bytes[at..at + ss];
+                if at >= released + RELEASE_STEP as usize {
+                    prev.release(released, at);
+                    released = at;
+                }
+                let slot = &prev.map[at..at + ss];
                 let hash = read_le(&slot[..hs]);
                 let addr = read_le(&slot[hs..]);
                 if addr == 0 {

@@ -49,13 +49,13 @@ pub(crate) fn with_suffix(base: &Path, suffix: &str) -> PathBuf {
     PathBuf::from(s)
 }
 
-fn open_and_len(path: &Path) -> Result<(File, u64)> {
+pub(crate) fn open_and_len(path: &Path) -> Result<(File, u64)> {
     let f = File::open(path).map_err(|e| Error::io(path, "open", e))?;
     let len = f.metadata().map_err(|e| Error::io(path, "stat", e))?.len();
     Ok((f, len))
 }
 
-fn read_prefix(f: &File, len: u64, n: usize, path: &Path) -> Result<Vec<u8>> {
+pub(crate) fn read_prefix(f: &File, len: u64, n: usize, path: &Path) -> Result<Vec<u8>> {
     let n = n.min(len as usize);
     let mut buf = vec![0u8; n];
     f.read_exact_at(&mut buf, 0)
@@ -63,7 +63,7 @@ fn read_prefix(f: &File, len: u64, n: usize, path: &Path) -> Result<Vec<u8>> {
     Ok(buf)
 }
 
-fn map(f: &File, len: u64, path: &Path) -> Result<Mmap> {
+pub(crate) fn map(f: &File, len: u64, path: &Path) -> Result<Mmap> {
     let len = usize::try_from(len).map_err(|_| Error::corrupt(path, 0, "file too large to map"))?;
     // SAFETY: see the module documentation: kivi never modifies table
     // files in place, all reads are bounds-checked against `len`, and the
