@@ -380,19 +380,22 @@ const SIZE_STEP: u64 = 8 << 20;
 /// A bulk segment's appends are written back to the device in steps of this
 /// many bytes, each waited for before the next is started (see
 /// `LocalWriter::writeback`).
-const WRITEBACK_STEP: u64 = 64 << 10;
+const WRITEBACK_STEP: u64 = 32 << 10;
 
 /// While commits are coming (one synced within `BULK_PACE_WINDOW`), a bulk
 /// segment pauses this long after each write-back step, leaving the device
-/// to the commits between steps; with no commits it writes at full speed.
-/// A commit's fdatasync that meets a step in flight waits for it: with
-/// back-to-back compactions and no pause, single-put p99 was 3-5x idle on
-/// the test machine (256 KiB steps 5.0x, 64 KiB 3.2x); 64 KiB steps with
-/// this pause, 1.7x (`cleaner_latency`, docs/benchmarks.md). It caps bulk
-/// writes under commit traffic near 64 KiB per (step + pause), about
-/// 100 MB/s here: enough for checkpoints to keep up with the write rates
-/// the benchmarks reach (see docs/benchmarks.md).
-const BULK_PAUSE: std::time::Duration = std::time::Duration::from_micros(500);
+/// to the commits between steps; with no commits it writes at full speed,
+/// and while the store's memory waits on bulk writes (`set_bulk_urgent`) it
+/// does not pause at all. A commit's fdatasync that meets a step in flight
+/// waits for it: with back-to-back compactions and no pause, single-put p99
+/// was 3-5x idle on the test machine. 64 KiB steps with a 500 us pause met
+/// 2x when they landed (1.57-1.85x) but not on a later day (3.1-5.0x); on
+/// that day 32 KiB steps with a 2 ms pause gave 1.32-1.99x in five runs
+/// (`cleaner_latency`, docs/benchmarks.md), and the update workloads ran as
+/// fast. It caps bulk writes under light commit traffic near 32 KiB per
+/// (step + pause), about 15 MB/s: plenty for the changes such traffic
+/// makes, and heavier traffic gathers changes until the writes turn urgent.
+const BULK_PAUSE: std::time::Duration = std::time::Duration::from_millis(2);
 const BULK_PACE_WINDOW: std::time::Duration = std::time::Duration::from_millis(1);
 
 struct LocalWriter {
