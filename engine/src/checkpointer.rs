@@ -601,7 +601,7 @@ impl Inner {
             CheckpointKind::Compact => {
                 // Everything written so far is to be copied into a segment
                 // of its own, so every older one can go.
-                c.pages.finish_segment()?;
+                c.pages.start_segment()?;
                 c.pages
                     .current_id()
                     .map_or(c.floor, |id| id as u32)

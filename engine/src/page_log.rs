@@ -131,9 +131,21 @@ impl PageLog {
     }
 
     /// Closes the current segment, so the next record starts a new one (and
-    /// everything before can be cleaned). Used by compaction.
+    /// everything before can be cleaned).
     pub fn finish_segment(&mut self) -> Result<(), Error> {
         if self.current.is_some() {
+            self.roll()?;
+        }
+        Ok(())
+    }
+
+    /// Starts a new segment even when none is open, so that every segment
+    /// on disk lies before it and can be cleaned. Used by compaction: in a
+    /// session that has written no pages yet, the segment the last session
+    /// ended in is the log's tail, and would otherwise stay however little
+    /// of it is live (a store emptied and compacted kept it whole).
+    pub fn start_segment(&mut self) -> Result<(), Error> {
+        if self.current.is_some() || self.prev.is_some() {
             self.roll()?;
         }
         Ok(())

@@ -135,6 +135,66 @@ fn compact_after_deleting_everything_leaves_under_a_mib() {
     assert_healthy(&db, 0);
 }
 
+/// As `kivi compact` runs it: a store emptied in one session is compacted
+/// in the next, which has no page segment open when it starts. The segment
+/// the last session wrote its pages to holds nothing live and must go too.
+#[test]
+fn compact_in_a_new_session_after_deleting_everything_deletes_every_old_segment() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut model = Model::new();
+    {
+        let db = Db::open(tmp.path(), Options::default()).unwrap();
+        update(&db, &mut model, 100_000, 1, 11);
+        db.close().unwrap();
+    }
+    let loaded = dir_bytes(tmp.path());
+    assert!(loaded > 2 << 20, "{loaded}");
+    {
+        // In large batches, as a server merges its clients' deletes.
+        let db = Db::open(tmp.path(), Options::default()).unwrap();
+        let keys: Vec<Vec<u8>> = model.keys().cloned().collect();
+        for chunk in keys.chunks(20_000) {
+            let mut b = kivi::WriteBatch::new();
+            for k in chunk {
+                b.delete(k.clone()).unwrap();
+            }
+            db.write(b).unwrap();
+        }
+        db.close().unwrap();
+    }
+    let before = segment_files(tmp.path());
+    {
+        let db = Db::open(tmp.path(), Options::default()).unwrap();
+        db.compact().unwrap();
+        let s = settle(&db);
+        assert_eq!(s.pairs, 0);
+        assert!(s.file_bytes < 1 << 20, "{s:?}");
+        db.close().unwrap();
+    }
+    // Nothing is live, so no segment from before the compaction holds
+    // anything: every one of them must be gone.
+    let after = segment_files(tmp.path());
+    let kept: Vec<_> = after.iter().filter(|f| before.contains(f)).collect();
+    assert!(kept.is_empty(), "kept {kept:?} of {before:?}");
+    let bytes = dir_bytes(tmp.path());
+    assert!(
+        bytes < 1 << 20,
+        "{bytes} bytes after compacting an empty store"
+    );
+    let db = Db::open(tmp.path(), Options::default()).unwrap();
+    assert_eq!(db.iter().count(), 0);
+    assert_healthy(&db, 0);
+}
+
+/// The names of the segment files in `dir`.
+fn segment_files(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".seg"))
+        .collect()
+}
+
 #[test]
 fn compact_keeps_every_live_pair_and_shrinks_the_files() {
     let tmp = tempfile::tempdir().unwrap();
