@@ -1,4 +1,4 @@
-//! What random updates cost and what the checkpoints behind them write:
+//! What random updates cost, and how many checkpoints run behind them:
 //! loads N pairs, then times N random updates (1,000 per durable batch) and
 //! prints the rate, CPU per update and the checkpoints taken meanwhile.
 //! `KIVI_WRITE_BUFFER_MIB` and `KIVI_CHECKPOINT_MIB` override the options.
@@ -15,6 +15,8 @@ use common::{load_with, update, Result};
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// CPU seconds this process has used (user + system, from /proc/self/stat,
+/// in the kernel's 100 Hz clock ticks; 0 where /proc is missing).
 fn cpu_seconds() -> f64 {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
     let fields: Vec<&str> = stat.rsplit(") ").next().unwrap_or("").split(' ').collect();

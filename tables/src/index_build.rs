@@ -104,21 +104,33 @@ struct Previous {
 }
 
 impl Previous {
-    /// Lets this process drop the mapped pages of bytes `[from, to)`; see
-    /// `MappedLog::release`.
-    fn release(&self, from: usize, to: usize) {
-        let to = to.min(self.map.len());
-        if from >= to {
-            return;
-        }
-        // SAFETY: as in `MappedLog::release`: MADV_DONTNEED on a read-only
-        // shared file mapping only unmaps pages, and a later access maps
-        // the same (never modified) file bytes again.
-        let _ = unsafe {
-            self.map
-                .unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, from, to - from)
-        };
+    /// Lets this process drop the mapped pages of bytes `[from, to)`.
+    fn release(&self, from: u64, to: u64) {
+        release_mapped(&self.map, from, to);
     }
+}
+
+/// Lets this process drop the pages of `map` in bytes `[from, to)` (the
+/// kernel keeps them in its page cache and maps them again if they are
+/// touched), so a pass over a file larger than the build's memory limit
+/// does not keep the whole file resident.
+fn release_mapped(map: &memmap2::Mmap, from: u64, to: u64) {
+    let to = to.min(map.len() as u64);
+    if from >= to {
+        return;
+    }
+    // SAFETY: MADV_DONTNEED on a read-only shared file mapping only unmaps
+    // pages; a later access maps the same file bytes again (kivi never
+    // modifies a log it builds from, nor the previous index it reads), so
+    // every slice of the map that is alive keeps reading what it read
+    // before. Errors are ignored: the advice only saves memory.
+    let _ = unsafe {
+        map.unchecked_advise_range(
+            memmap2::UncheckedAdvice::DontNeed,
+            from as usize,
+            (to - from) as usize,
+        )
+    };
 }
 
 /// Maps a log for reading while it is built from.
@@ -138,28 +150,12 @@ impl MappedLog {
         })
     }
 
-    /// Lets this process drop the mapped pages of log bytes `[from, to)`
-    /// (the kernel keeps them in its page cache and maps them again if they
-    /// are touched), so a pass over a log larger than the build's memory
-    /// limit does not keep the whole log resident.
+    /// Lets this process drop the mapped pages of log bytes `[from, to)`;
+    /// see `release_mapped`.
     pub fn release(&self, from: u64, to: u64) {
-        let Some(m) = &self.map else { return };
-        let to = to.min(m.len() as u64);
-        if from >= to {
-            return;
+        if let Some(m) = &self.map {
+            release_mapped(m, from, to);
         }
-        // SAFETY: MADV_DONTNEED on a read-only shared file mapping only
-        // unmaps pages; a later access maps the same file bytes again
-        // (kivi never modifies a log it builds from), so every slice of the
-        // map that is alive keeps reading what it read before. Errors are
-        // ignored: the advice only saves memory.
-        let _ = unsafe {
-            m.unchecked_advise_range(
-                memmap2::UncheckedAdvice::DontNeed,
-                from as usize,
-                (to - from) as usize,
-            )
-        };
     }
 
     pub fn data(&self) -> LogData<'_> {
@@ -419,9 +415,9 @@ impl OpSource<'_> {
             let mut released = 0;
             for s in 0..h.hash_capacity as usize {
                 let at = INDEX_HEADER_LEN + s * ss;
-                if at >= released + RELEASE_STEP as usize {
-                    prev.release(released, at);
-                    released = at;
+                if at as u64 >= released + RELEASE_STEP {
+                    prev.release(released, at as u64);
+                    released = at as u64;
                 }
                 let slot = &prev.map[at..at + ss];
                 let hash = read_le(&slot[..hs]);

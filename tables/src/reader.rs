@@ -49,7 +49,7 @@ pub(crate) fn with_suffix(base: &Path, suffix: &str) -> PathBuf {
     PathBuf::from(s)
 }
 
-pub(crate) fn open_and_len(path: &Path) -> Result<(File, u64)> {
+fn open_and_len(path: &Path) -> Result<(File, u64)> {
     let f = File::open(path).map_err(|e| Error::io(path, "open", e))?;
     let len = f.metadata().map_err(|e| Error::io(path, "stat", e))?.len();
     Ok((f, len))
