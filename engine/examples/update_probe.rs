@@ -15,18 +15,20 @@ use common::{load_with, update, Result};
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// CPU seconds this process has used (user + system, from /proc/self/stat,
-/// in the kernel's 100 Hz clock ticks; 0 where /proc is missing).
+/// CPU seconds this process has used, user and system (`getrusage`;
+/// 0 if it fails).
 fn cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let fields: Vec<&str> = stat.rsplit(") ").next().unwrap_or("").split(' ').collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<f64>().ok())
-            .unwrap_or(0.0)
+    // SAFETY: getrusage only writes the struct it is handed, and all-zero
+    // bytes are a valid value of that plain C struct.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        if libc::getrusage(libc::RUSAGE_SELF, &mut usage) != 0 {
+            return 0.0;
+        }
+        usage
     };
-    (ticks(11) + ticks(12)) / 100.0
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    secs(usage.ru_utime) + secs(usage.ru_stime)
 }
 
 fn main() -> Result<()> {
