@@ -233,6 +233,11 @@ impl Db {
                 report.pairs = 0;
             }
         }
+        // And the write buffer over the tree.
+        match inner.buffer_pairs_delta(&v) {
+            Ok(delta) => report.pairs = (report.pairs as i64 + delta) as u64,
+            Err(e) => report.problems.push(format!("write buffer: {e}")),
+        }
         Ok(report)
     }
 }

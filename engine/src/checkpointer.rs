@@ -31,6 +31,9 @@ use std::time::{Duration, Instant};
 const TICK: Duration = Duration::from_millis(200);
 /// Quiet time after which a smaller backlog is checkpointed.
 const IDLE_MS: u64 = 1000;
+/// Milliseconds without commits after which the write buffer is merged
+/// into the tree.
+const BUFFER_IDLE_MS: u64 = 20;
 /// A store closing with at least this much commit log since the last
 /// checkpoint takes one more checkpoint.
 const FINAL_CHECKPOINT_MIN_BYTES: u64 = 1 << 20;
@@ -367,7 +370,13 @@ fn run(inner: &Inner) -> Result<()> {
         {
             let mut st = inner.background.state.lock();
             if !st.stop && !st.wake {
-                inner.background.cond.wait_for(&mut st, TICK);
+                // Soon after writes pause, the write buffer is merged so
+                // that reads no longer look through it.
+                let tick = match inner.published.load().buffer.is_empty() {
+                    true => TICK,
+                    false => Duration::from_millis(BUFFER_IDLE_MS),
+                };
+                inner.background.cond.wait_for(&mut st, tick);
             }
             if st.stop {
                 break;
@@ -388,10 +397,13 @@ fn run(inner: &Inner) -> Result<()> {
             .log_bytes
             .saturating_sub(inner.counters.replayable_log_from.load(Ordering::Relaxed));
         drop(v);
-        let idle = inner
+        let quiet_ms = inner
             .now_ms()
-            .saturating_sub(inner.counters.last_commit_ms.load(Ordering::Relaxed))
-            >= IDLE_MS;
+            .saturating_sub(inner.counters.last_commit_ms.load(Ordering::Relaxed));
+        let idle = quiet_ms >= IDLE_MS;
+        if quiet_ms >= BUFFER_IDLE_MS {
+            inner.merge_idle_buffer();
+        }
         let due = replayable >= inner.opts.checkpoint_bytes
             || inner.write_buffer_full()
             || (idle && redo >= inner.opts.checkpoint_bytes / 16)
@@ -426,7 +438,7 @@ fn run(inner: &Inner) -> Result<()> {
         .counters
         .checkpointed_log_bytes
         .load(Ordering::Relaxed);
-    let pending = v.log_bytes.saturating_sub(checkpointed);
+    let pending = v.visible_log_bytes.saturating_sub(checkpointed);
     drop(v);
     let segments = inner
         .writer
@@ -463,6 +475,25 @@ impl Inner {
         )
     }
 
+    /// Merges the write buffer into the tree if no commit came for
+    /// `BUFFER_IDLE_MS`; a failure is left for the next commit to report.
+    fn merge_idle_buffer(&self) {
+        let _writer = self.writer.lock();
+        let v = self.published.load_full();
+        if v.buffer.is_empty() {
+            return;
+        }
+        if let Err(e) = self.merge_buffer(&v) {
+            *self.last_error.lock() = Some(format!("merging the write buffer: {e}"));
+        }
+    }
+
+    /// Memory held by changes no checkpoint has written yet: the tree's,
+    /// and the write buffer's (which a merge turns into the tree's).
+    fn unwritten_bytes(&self) -> u64 {
+        self.pager.dirty_bytes() + self.published.load().buffer.bytes()
+    }
+
     /// Whether the changes not yet written by a checkpoint hold as much
     /// memory as `write_buffer_bytes` allows.
     pub(crate) fn write_buffer_full(&self) -> bool {
@@ -482,12 +513,12 @@ impl Inner {
             .opts
             .write_buffer_bytes
             .saturating_mul(WRITE_STALL_FACTOR);
-        if self.pager.dirty_bytes() < limit {
+        if self.unwritten_bytes() < limit {
             return;
         }
         let start = Instant::now();
         self.counters.write_stalls.fetch_add(1, Ordering::Relaxed);
-        while self.pager.dirty_bytes() >= limit && !self.closed.load(Ordering::Acquire) {
+        while self.unwritten_bytes() >= limit && !self.closed.load(Ordering::Acquire) {
             let left = MAX_WRITE_STALL.saturating_sub(start.elapsed());
             if left.is_zero() {
                 break;
@@ -583,7 +614,14 @@ impl Inner {
             if let Some(w) = writer.as_mut() {
                 w.log.roll_before_next();
             }
-            self.published.load_full()
+            let v = self.published.load_full();
+            // A checkpoint asked for (or an idle one) covers every commit:
+            // the write buffer goes into the tree first. Slices, taken while
+            // writes go on, leave it to fill.
+            match kind {
+                CheckpointKind::Slice => v,
+                CheckpointKind::Regular | CheckpointKind::Compact => self.merge_buffer(&v)?,
+            }
         };
         let covered = c
             .last_seq

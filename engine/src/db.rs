@@ -14,16 +14,22 @@ use crate::page_log::PageLog;
 use crate::pipeline::{Pipeline, Reply, Request, Ticket, WriteOutcome};
 use crate::recovery::recover;
 use crate::version::{Epoch, Reclaimer, Version};
+use crate::write_buffer::Lookup;
 use arc_swap::ArcSwap;
 use kivi_log::{CheckpointRecord, CommitRecord, OpRef, RecordType, SegmentIds};
 use kivi_storage::{LocalDir, Storage};
-use kivi_tree::{apply, compare_keys, get_into, release_written, Pager, TreeConfig};
+use kivi_tree::{apply, compare_keys, get_into, release_written, Cursor, Pager, TreeConfig};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::ops::RangeBounds;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+
+/// Groups of at least this many operations go straight into the tree while
+/// the write buffer is empty: they touch enough of each leaf they reach
+/// that the buffer would save little.
+const DIRECT_APPLY_OPS: usize = 1 << 16;
 
 /// What the writer (the group-commit leader) owns.
 pub(crate) struct Writer {
@@ -59,6 +65,8 @@ pub(crate) struct Counters {
     /// Writes held back because unwritten changes filled the write buffer
     /// twice over, and the microseconds they waited in all.
     pub write_stalls: AtomicU64,
+    /// Write buffers merged into the tree.
+    pub buffer_merges: AtomicU64,
     pub write_stall_us: AtomicU64,
 }
 
@@ -230,6 +238,7 @@ impl Db {
         };
         let mut version = rec.version;
         version.log_bytes = rec.redo_bytes;
+        version.visible_log_bytes = rec.redo_bytes;
         let counters = Counters::default();
         if let Some(c) = rec.checkpoint {
             counters
@@ -288,11 +297,7 @@ impl Db {
             });
         }
         let inner = self.inner();
-        let v = inner.published.load();
-        match &v.root {
-            None => Ok(false),
-            Some(root) => Ok(get_into(&inner.pager, root, key, out)?),
-        }
+        inner.read(&inner.published.load(), key, out)
     }
 
     /// Stores `value` under `key`; durable when it returns (see [`Durability`]).
@@ -492,7 +497,21 @@ impl Inner {
         if self.closed.load(Ordering::Acquire) {
             return group.iter().map(|_| Err(Error::Closed)).collect();
         }
-        let base = self.published.load_full();
+        let mut base = self.published.load_full();
+        if self.buffer_wants_merge(&base) {
+            match self.merge_buffer(&base) {
+                Ok(merged) => base = merged,
+                Err(e) => {
+                    *self.last_error.lock() = Some(format!("merging the write buffer: {e}"));
+                    // Past twice its bound the buffer takes no more: writes
+                    // fail with the error until a merge succeeds.
+                    if base.buffer.bytes() >= self.buffer_limit().saturating_mul(2) {
+                        self.counters.failed_commits.fetch_add(1, Ordering::Relaxed);
+                        return group.iter().map(|_| Err(e.duplicate())).collect();
+                    }
+                }
+            }
+        }
         let mut replies: Vec<Option<Result<Reply>>> = Vec::with_capacity(group.len());
         let mut ops: Vec<(&[u8], Option<&[u8]>)> = Vec::new();
         let mut checkpoints = Vec::new();
@@ -566,7 +585,14 @@ impl Inner {
                 .map(|r| r.expect("every write decided"))
                 .collect();
         }
-        let applied = if op_refs.is_empty() {
+        // Into the write buffer, or straight into the tree: a load in key
+        // order past the tree's last key, and large batches, gain nothing
+        // from the buffer (each leaf they touch gets many keys anyway), so
+        // they go to the tree while the buffer is empty.
+        let buffered = !op_refs.is_empty()
+            && (!base.buffer.is_empty()
+                || (op_refs.len() < DIRECT_APPLY_OPS && !self.appends(&base, ops[0].0)));
+        let applied = if op_refs.is_empty() || buffered {
             None
         } else {
             match apply(&self.pager, &self.tree_cfg, base.root.as_ref(), &op_refs) {
@@ -579,17 +605,18 @@ impl Inner {
                 }
             }
         };
-        let seq = w.seq + u64::from(applied.is_some());
+        let committing = applied.is_some() || buffered;
+        let seq = w.seq + u64::from(committing);
         let sync = self.opts.durability == Durability::Fsync || !checkpoints.is_empty();
         let appended_before = w.log.appended;
         let result = w.log.append_group(
-            applied.is_some().then_some(seq),
+            committing.then_some(seq),
             checkpoints
                 .iter()
                 .map(|c| (c.0.seq, c.3))
                 .max_by_key(|c| c.0),
             &mut |emit, synced| {
-                if applied.is_some() {
+                if committing {
                     emit(RecordType::Commit, &mut |out| {
                         CommitRecord::encode(out, synced, seq, op_refs.iter().copied())
                     });
@@ -612,26 +639,40 @@ impl Inner {
             self.counters.failed_commits.fetch_add(1, Ordering::Relaxed);
             return replies.into_iter().map(|r| r.expect("filled")).collect();
         }
-        let log_bytes = base.log_bytes + (w.log.appended - appended_before);
+        let visible_log_bytes = base.visible_log_bytes + (w.log.appended - appended_before);
+        if committing {
+            w.seq = seq;
+            self.counters
+                .last_commit_ms
+                .store(self.now_ms(), Ordering::Relaxed);
+        }
         let mut next = match applied {
             Some(a) => {
-                w.seq = seq;
-                self.counters
-                    .last_commit_ms
-                    .store(self.now_ms(), Ordering::Relaxed);
+                debug_assert!(base.buffer.is_empty());
                 let pairs = (base.pairs as i64 + a.pairs_delta) as u64;
                 Version {
-                    root: a.root,
-                    seq,
-                    pairs,
-                    log_bytes,
                     epoch: base.epoch.clone(),
+                    // A new buffer for the new tree: what a buffer learns
+                    // about the tree under it must stay true while it lives.
+                    ..Version::of_tree(a.root, seq, pairs, visible_log_bytes)
                 }
             }
-            None => Version {
-                log_bytes,
-                ..(*base).clone()
-            },
+            None => {
+                if buffered {
+                    for &(k, v) in &ops {
+                        base.buffer.insert(k, v, seq);
+                    }
+                }
+                let mut next = Version {
+                    visible_seq: seq.max(base.visible_seq),
+                    visible_log_bytes,
+                    ..(*base).clone()
+                };
+                if next.buffer.is_empty() {
+                    next.log_bytes = visible_log_bytes;
+                }
+                next
+            }
         };
         let mut old_epoch = None;
         for (_, generation, moved, _) in &checkpoints {
@@ -667,6 +708,9 @@ impl Inner {
         self.counters
             .batches
             .fetch_add(group.len() as u64, Ordering::Relaxed);
+        // A checkpoint writes the tree: the commits still in the write
+        // buffer are not yet its to retire.
+        let log_bytes = self.published.load().log_bytes;
         let redo =
             log_bytes.saturating_sub(self.counters.checkpointed_log_bytes.load(Ordering::Relaxed));
         let replayable =
@@ -688,6 +732,98 @@ impl Inner {
         replies.into_iter().map(|r| r.expect("filled")).collect()
     }
 
+    /// Reads `key` as of version `v`: the write buffer, then the tree.
+    pub(crate) fn read(&self, v: &Version, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+        match v.buffer.get_into(key, v.visible_seq, out) {
+            Lookup::Found => Ok(true),
+            Lookup::Deleted => Ok(false),
+            Lookup::NotHere => match &v.root {
+                None => Ok(false),
+                Some(root) => Ok(get_into(&self.pager, root, key, out)?),
+            },
+        }
+    }
+
+    /// Pairs in version `v`: the tree's, changed by what the buffer holds.
+    pub(crate) fn pairs(&self, v: &Version) -> Result<u64> {
+        let delta = self.buffer_pairs_delta(v)?;
+        Ok((v.pairs as i64 + delta) as u64)
+    }
+
+    pub(crate) fn buffer_pairs_delta(&self, v: &Version) -> Result<i64> {
+        if v.visible_seq == v.seq {
+            return Ok(0);
+        }
+        let mut buf = Vec::new();
+        v.buffer
+            .pairs_delta(v.visible_seq, &mut |key| match &v.root {
+                None => Ok(false),
+                Some(root) => get_into(&self.pager, root, key, &mut buf).map_err(Error::from),
+            })
+    }
+
+    /// The memory the write buffer may hold before it is merged: half the
+    /// write buffer, the other half being for the tree's unwritten changes.
+    pub(crate) fn buffer_limit(&self) -> u64 {
+        self.opts.write_buffer_bytes / 2
+    }
+
+    /// Whether the write buffer under `v` is due to be merged into the tree:
+    /// it holds its share of memory, or half of `checkpoint_bytes` of commit
+    /// log (which no checkpoint can retire until the merge).
+    pub(crate) fn buffer_wants_merge(&self, v: &Version) -> bool {
+        !v.buffer.is_empty()
+            && (v.buffer.bytes() >= self.buffer_limit()
+                || v.visible_log_bytes - v.log_bytes >= self.opts.checkpoint_bytes / 2)
+    }
+
+    /// Merges the write buffer of `base`, the published version, into the
+    /// tree and publishes the result, which it returns. The caller holds
+    /// the writer lock. On failure nothing changes.
+    pub(crate) fn merge_buffer(&self, base: &Arc<Version>) -> Result<Arc<Version>> {
+        debug_assert!(Arc::ptr_eq(base, &self.published.load()));
+        if base.buffer.is_empty() {
+            return Ok(base.clone());
+        }
+        let mut keys: Vec<Box<[u8]>> = Vec::with_capacity(base.buffer.keys());
+        let mut values: Vec<Option<Box<[u8]>>> = Vec::with_capacity(base.buffer.keys());
+        base.buffer.for_each_newest(|k, v| {
+            keys.push(k.into());
+            values.push(v.map(Box::from));
+        });
+        let ops: Vec<OpRef<'_>> = keys
+            .iter()
+            .zip(&values)
+            .map(|(k, v)| match v {
+                Some(v) => OpRef::Put(k, v),
+                None => OpRef::Delete(k),
+            })
+            .collect();
+        let a = apply(&self.pager, &self.tree_cfg, base.root.as_ref(), &ops)?;
+        let pairs = (base.pairs as i64 + a.pairs_delta) as u64;
+        let next = Arc::new(Version {
+            epoch: base.epoch.clone(),
+            ..Version::of_tree(a.root, base.visible_seq, pairs, base.visible_log_bytes)
+        });
+        self.counters.buffer_merges.fetch_add(1, Ordering::Relaxed);
+        let old = self.published.swap(next.clone());
+        self.reclaimer.dispose(old);
+        Ok(next)
+    }
+
+    /// Whether `first`, a group's smallest key, comes after every key of
+    /// `v`'s tree (a load in key order). `false` when it cannot tell.
+    fn appends(&self, v: &Version, first: &[u8]) -> bool {
+        let Some(root) = &v.root else {
+            return true;
+        };
+        let mut cursor = Cursor::new(Some(root.clone()));
+        match cursor.seek_backward(&self.pager, None) {
+            Ok(()) => !cursor.is_valid() || compare_keys(cursor.key(), first).is_lt(),
+            Err(_) => false,
+        }
+    }
+
     /// Decides a batch with conditions against the tree plus the effects of
     /// earlier batches of the group (`overlay`); appends its effects to `ops`
     /// if every condition holds.
@@ -707,10 +843,7 @@ impl Inner {
             let current: Option<&[u8]> = match local.get(key).or_else(|| overlay.get(key)) {
                 Some(v) => *v,
                 None => {
-                    let found = match &base.root {
-                        Some(root) => get_into(&self.pager, root, key, &mut buf)?,
-                        None => false,
-                    };
+                    let found = self.read(base, key, &mut buf)?;
                     found.then_some(buf.as_slice())
                 }
             };

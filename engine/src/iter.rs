@@ -3,7 +3,9 @@
 use crate::db::Inner;
 use crate::error::Result;
 use crate::version::Version;
-use kivi_tree::{get_into, Cursor, ValueRef};
+use crate::write_buffer::Chunk;
+use kivi_tree::{compare_keys, Cursor, ValueRef};
+use std::cmp::Ordering;
 use std::ops::{Bound, RangeBounds};
 use std::sync::Arc;
 
@@ -32,11 +34,11 @@ impl Snapshot {
     }
 
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        let Some(root) = &self.version.root else {
-            return Ok(None);
-        };
         let mut out = Vec::new();
-        Ok(get_into(&self.inner.pager, root, key, &mut out)?.then_some(out))
+        Ok(self
+            .inner
+            .read(&self.version, key, &mut out)?
+            .then_some(out))
     }
 
     pub fn range<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> Iter {
@@ -60,18 +62,21 @@ impl Snapshot {
         Scan::new(self.inner.clone(), self.version.clone(), start, end, false)
     }
 
-    /// Number of pairs in this snapshot.
-    pub fn len(&self) -> u64 {
-        self.version.pairs
+    /// Number of pairs in this snapshot. Counting the pairs of the write
+    /// buffer may read pages, which may fail.
+    pub fn len(&self) -> Result<u64> {
+        self.inner.pairs(&self.version)
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.version.pairs == 0
+    pub fn is_empty(&self) -> Result<bool> {
+        Ok(self.len()? == 0)
     }
 
     /// Sequence number of the last commit this snapshot includes.
+    // `Version::seq` is its tree's; readers see `visible_seq`.
+    #[allow(clippy::misnamed_getters)]
     pub fn seq(&self) -> u64 {
-        self.version.seq
+        self.version.visible_seq
     }
 }
 
@@ -177,9 +182,9 @@ impl DoubleEndedIterator for Iter {
 /// ```
 pub struct Scan {
     inner: Arc<Inner>,
-    /// Held for its epoch: the cleaner deletes no segment this version's
+    /// Held for its epoch too: the cleaner deletes no segment this version's
     /// pages may lie in while it is alive (the cursor holds only nodes).
-    _version: Arc<Version>,
+    version: Arc<Version>,
     start: Bound<Vec<u8>>,
     end: Bound<Vec<u8>>,
     cursor: Cursor,
@@ -187,6 +192,24 @@ pub struct Scan {
     started: bool,
     done: bool,
     big: Vec<u8>,
+    /// The write buffer's pairs of the range, taken a chunk at a time, and
+    /// where the next chunk starts: `None` when the buffer has no more,
+    /// `Some(None)` before the first chunk.
+    buffered: Chunk,
+    buffer_next: Option<Option<Vec<u8>>>,
+    /// The cursor's pair was returned (or hidden): step before using it.
+    tree_consumed: bool,
+}
+
+/// Buffered pairs a scan takes from the write buffer at a time.
+const BUFFER_CHUNK: usize = 256;
+
+fn as_ref(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
+    match b {
+        Bound::Included(k) => Bound::Included(k),
+        Bound::Excluded(k) => Bound::Excluded(k),
+        Bound::Unbounded => Bound::Unbounded,
+    }
 }
 
 impl Scan {
@@ -200,7 +223,7 @@ impl Scan {
         let cursor = Cursor::new(version.root.clone());
         Scan {
             inner,
-            _version: version,
+            version,
             start,
             end,
             cursor,
@@ -208,6 +231,9 @@ impl Scan {
             started: false,
             done: false,
             big: Vec::new(),
+            buffered: Chunk::default(),
+            buffer_next: Some(None),
+            tree_consumed: true,
         }
     }
 
@@ -271,14 +297,63 @@ impl Scan {
         if self.done {
             return Ok(None);
         }
-        if let Err(e) = self.position() {
-            self.done = true;
-            return Err(e);
+        if self.version.visible_seq == self.version.seq {
+            // Nothing buffered: the tree alone.
+            if let Err(e) = self.position() {
+                self.done = true;
+                return Err(e);
+            }
+            if !self.cursor.is_valid() || !self.in_range(self.cursor.key()) {
+                self.done = true;
+                return Ok(None);
+            }
+            return self.tree_pair();
         }
-        if !self.cursor.is_valid() || !self.in_range(self.cursor.key()) {
-            self.done = true;
-            return Ok(None);
+        // The tree and the write buffer side by side; on the same key the
+        // buffer's write wins, and its deletes hide the tree's pair.
+        loop {
+            if self.tree_consumed {
+                if let Err(e) = self.position() {
+                    self.done = true;
+                    return Err(e);
+                }
+                self.tree_consumed = false;
+            }
+            if self.buffered.is_empty() {
+                self.refill();
+            }
+            let tree_key = (self.cursor.is_valid() && self.in_range(self.cursor.key()))
+                .then(|| self.cursor.key());
+            let from_buffer = match (tree_key, self.buffered.front_key()) {
+                (None, None) => {
+                    self.done = true;
+                    return Ok(None);
+                }
+                (Some(_), None) => false,
+                (None, Some(_)) => true,
+                (Some(t), Some(b)) => {
+                    let order = compare_keys(b, t);
+                    let order = if self.forward { order } else { order.reverse() };
+                    if order == Ordering::Equal {
+                        self.tree_consumed = true;
+                    }
+                    order != Ordering::Greater
+                }
+            };
+            if !from_buffer {
+                self.tree_consumed = true;
+                return self.tree_pair();
+            }
+            let i = self.buffered.pop();
+            if !self.buffered.is_delete(i) {
+                return Ok(Some(self.buffered.pair(i)));
+            }
         }
+    }
+
+    /// The pair under the cursor.
+    #[inline]
+    fn tree_pair(&mut self) -> Result<Option<(&[u8], &[u8])>> {
         let value = match self.cursor.value() {
             ValueRef::Inline(v) => v,
             ValueRef::Big(b) => {
@@ -287,5 +362,26 @@ impl Scan {
             }
         };
         Ok(Some((self.cursor.key(), value)))
+    }
+
+    /// Takes the next chunk of the write buffer's pairs in the range.
+    fn refill(&mut self) {
+        let Some(from) = &self.buffer_next else {
+            return;
+        };
+        let (low, high) = match (from, self.forward) {
+            (None, _) => (as_ref(&self.start), as_ref(&self.end)),
+            (Some(k), true) => (Bound::Excluded(k.as_slice()), as_ref(&self.end)),
+            (Some(k), false) => (as_ref(&self.start), Bound::Excluded(k.as_slice())),
+        };
+        let next = self.version.buffer.take(
+            low,
+            high,
+            self.forward,
+            self.version.visible_seq,
+            BUFFER_CHUNK,
+            &mut self.buffered,
+        );
+        self.buffer_next = next.map(Some);
     }
 }

@@ -30,6 +30,7 @@ mod pipeline;
 mod recovery;
 mod stats;
 mod version;
+mod write_buffer;
 
 pub use batch::WriteBatch;
 pub use check::CheckReport;

@@ -415,13 +415,7 @@ pub(crate) fn recover(
         .collect();
 
     Ok(Recovered {
-        version: Version {
-            root,
-            seq: last_seq,
-            pairs: pairs as u64,
-            log_bytes: 0,
-            epoch: Default::default(),
-        },
+        version: Version::of_tree(root, last_seq, pairs as u64, 0),
         checkpoint,
         log_segments,
         log_end,

@@ -38,6 +38,12 @@ pub struct Stats {
     /// a base evicted from the cache while a changed leaf holds it is not
     /// counted anywhere, so this is a lower bound).
     pub dirty_bytes: u64,
+    /// Keys in the write buffer (commits not yet merged into the tree), the
+    /// memory it holds (estimated), and buffers merged into the tree since
+    /// open.
+    pub buffered_keys: u64,
+    pub buffered_bytes: u64,
+    pub buffer_merges: u64,
     pub cache_pages: u64,
     pub cache_hits: u64,
     pub cache_misses: u64,
@@ -98,12 +104,15 @@ impl Db {
         let c = &inner.counters;
         let p = inner.pager.stats();
         let mut s = Stats {
-            pairs: v.pairs,
-            seq: v.seq,
+            pairs: inner.pairs(&v)?,
+            seq: v.visible_seq,
+            buffered_keys: v.buffer.keys() as u64,
+            buffered_bytes: v.buffer.bytes(),
+            buffer_merges: c.buffer_merges.load(Ordering::Relaxed),
             tree_height: v.root.as_ref().map_or(0, |r| u32::from(r.level()) + 1),
             checkpoint_tree_bytes: c.checkpointed_tree_bytes.load(Ordering::Relaxed),
             redo_bytes: v
-                .log_bytes
+                .visible_log_bytes
                 .saturating_sub(c.checkpointed_log_bytes.load(Ordering::Relaxed)),
             cache_bytes: p.cache_bytes,
             cache_capacity: p.cache_capacity,

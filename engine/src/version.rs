@@ -1,3 +1,4 @@
+use crate::write_buffer::WriteBuffer;
 use kivi_tree::Node;
 use parking_lot::Mutex;
 use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
@@ -5,7 +6,12 @@ use std::sync::Arc;
 
 /// One committed state of the store. Immutable: readers hold one for as
 /// long as they like, and the writer publishes a new one after each commit.
-#[derive(Debug, Clone, Default)]
+///
+/// The state is the tree (`root`, which holds the commits up to `seq`) with
+/// the write buffer laid over it (the commits after, up to `visible_seq`).
+/// `seq`, `pairs` and `log_bytes` describe the tree, which is what a
+/// checkpoint writes; readers see `visible_seq`.
+#[derive(Clone, Default)]
 pub(crate) struct Version {
     /// Shared by the versions published between two checkpoints. The cleaner
     /// deletes a segment only once every version that could still read it
@@ -14,12 +20,48 @@ pub(crate) struct Version {
     /// takes a while, and nothing can read through a version being dropped.
     pub epoch: Arc<Epoch>,
     pub root: Option<Arc<Node>>,
-    /// Sequence number of the last commit included.
+    /// Sequence number of the last commit the tree includes.
     pub seq: u64,
+    /// Pairs in the tree.
     pub pairs: u64,
-    /// Commit-log bytes written up to this version since the store was opened
-    /// (plus those replayed at open): the redo a checkpoint of it retires.
+    /// Commit-log bytes written up to the tree's last commit since the store
+    /// was opened (plus those replayed at open): the redo a checkpoint of
+    /// it retires.
     pub log_bytes: u64,
+    /// Commits after `seq`, shared with the versions published since the
+    /// tree last changed; this version sees its links up to `visible_seq`.
+    pub buffer: Arc<WriteBuffer>,
+    /// Sequence number of the last commit this version includes.
+    pub visible_seq: u64,
+    /// Commit-log bytes up to `visible_seq`, counted as `log_bytes` is.
+    pub visible_log_bytes: u64,
+}
+
+impl Version {
+    /// A version of `root` alone, with an empty buffer.
+    pub fn of_tree(root: Option<Arc<Node>>, seq: u64, pairs: u64, log_bytes: u64) -> Self {
+        Version {
+            epoch: Arc::default(),
+            root,
+            seq,
+            pairs,
+            log_bytes,
+            buffer: Arc::default(),
+            visible_seq: seq,
+            visible_log_bytes: log_bytes,
+        }
+    }
+}
+
+impl std::fmt::Debug for Version {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Version")
+            .field("seq", &self.seq)
+            .field("pairs", &self.pairs)
+            .field("visible_seq", &self.visible_seq)
+            .field("buffered_keys", &self.buffer.keys())
+            .finish()
+    }
 }
 
 /// See `Version::epoch`.

@@ -550,7 +550,7 @@ impl Harness {
                 show_keys(&want)
             );
             assert_eq!(
-                snap.len(),
+                snap.len().expect("len failed"),
                 m.len() as u64,
                 "after step {n}: snapshot {i} len"
             );
