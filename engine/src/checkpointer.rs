@@ -483,7 +483,7 @@ impl Inner {
         if v.buffer.is_empty() {
             return;
         }
-        if let Err(e) = self.merge_buffer(&v) {
+        if let Err(e) = self.merge_buffer(&v, true) {
             *self.last_error.lock() = Some(format!("merging the write buffer: {e}"));
         }
     }
@@ -620,7 +620,9 @@ impl Inner {
             // writes go on, leave it to fill.
             match kind {
                 CheckpointKind::Slice => v,
-                CheckpointKind::Regular | CheckpointKind::Compact => self.merge_buffer(&v)?,
+                CheckpointKind::Regular | CheckpointKind::Compact => {
+                    self.merge_buffer(&v, false)?
+                }
             }
         };
         let covered = c

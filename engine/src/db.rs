@@ -499,7 +499,7 @@ impl Inner {
         }
         let mut base = self.published.load_full();
         if self.buffer_wants_merge(&base) {
-            match self.merge_buffer(&base) {
+            match self.merge_buffer(&base, false) {
                 Ok(merged) => base = merged,
                 Err(e) => {
                     *self.last_error.lock() = Some(format!("merging the write buffer: {e}"));
@@ -779,8 +779,13 @@ impl Inner {
 
     /// Merges the write buffer of `base`, the published version, into the
     /// tree and publishes the result, which it returns. The caller holds
-    /// the writer lock. On failure nothing changes.
-    pub(crate) fn merge_buffer(&self, base: &Arc<Version>) -> Result<Arc<Version>> {
+    /// the writer lock. On failure nothing changes. `background`: on one
+    /// thread, leaving the other core to the readers.
+    pub(crate) fn merge_buffer(
+        &self,
+        base: &Arc<Version>,
+        background: bool,
+    ) -> Result<Arc<Version>> {
         debug_assert!(Arc::ptr_eq(base, &self.published.load()));
         if base.buffer.is_empty() {
             return Ok(base.clone());
@@ -799,7 +804,11 @@ impl Inner {
                 None => OpRef::Delete(k),
             })
             .collect();
-        let a = apply(&self.pager, &self.tree_cfg, base.root.as_ref(), &ops)?;
+        let cfg = TreeConfig {
+            parallel: !background,
+            ..self.tree_cfg
+        };
+        let a = apply(&self.pager, &cfg, base.root.as_ref(), &ops)?;
         let pairs = (base.pairs as i64 + a.pairs_delta) as u64;
         let next = Arc::new(Version {
             epoch: base.epoch.clone(),

@@ -31,6 +31,10 @@ pub struct TreeConfig {
     /// Most patched children an internal node carries before consolidation
     /// (at least as many as it has children).
     pub patch_max: usize,
+    /// Whether a large batch may use a second thread (see
+    /// `PARALLEL_MIN_OPS`). Off for work done in the background while
+    /// readers may want the cores.
+    pub parallel: bool,
 }
 
 impl Default for TreeConfig {
@@ -39,6 +43,7 @@ impl Default for TreeConfig {
             page_target: 4096,
             delta_max: 16,
             patch_max: 32,
+            parallel: true,
         }
     }
 }
@@ -126,7 +131,7 @@ pub fn apply(
         cfg,
         pairs_delta: 0,
         new_bytes: 0,
-        parallel: ops.len() >= PARALLEL_MIN_OPS,
+        parallel: cfg.parallel && ops.len() >= PARALLEL_MIN_OPS,
     };
     let bigs = big_values(ops);
     let pieces = match root {

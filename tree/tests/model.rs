@@ -338,7 +338,7 @@ proptest! {
     fn tree_matches_model_with_two_open_segments(steps in proptest::collection::vec(step(600), 1..25)) {
         // Every checkpoint writes a segment of its own and the cache holds a
         // few pages, so reads go to many segments through two open files.
-        let cfg = TreeConfig { page_target: 256, delta_max: 4, patch_max: 3 };
+        let cfg = TreeConfig { page_target: 256, delta_max: 4, patch_max: 3, parallel: true };
         let mut h = Harness::new(4096, cfg);
         h.pager = Pager::new(h.storage.clone(), 4096).with_open_limit(2);
         let h = run_with(h, steps, 600);
@@ -348,7 +348,7 @@ proptest! {
     #[test]
     fn tree_matches_model_with_small_pages_and_a_tiny_cache(steps in proptest::collection::vec(step(600), 1..25)) {
         // Pages of a few entries, three-level trees, a cache of a few pages.
-        let cfg = TreeConfig { page_target: 256, delta_max: 4, patch_max: 3 };
+        let cfg = TreeConfig { page_target: 256, delta_max: 4, patch_max: 3, parallel: true };
         run(steps, 4096, cfg, 600);
     }
 }
@@ -362,7 +362,7 @@ proptest! {
     ) {
         // Batches of 512 operations or more split the root's children
         // between two threads.
-        let cfg = TreeConfig { page_target: 512, delta_max: 8, patch_max: 4 };
+        let cfg = TreeConfig { page_target: 512, delta_max: 8, patch_max: 4, parallel: true };
         run(steps, 1 << 20, cfg, 6000);
     }
 }
@@ -415,6 +415,7 @@ fn cleaning_copies_every_record_out_of_old_segments() {
         page_target: 256,
         delta_max: 4,
         patch_max: 3,
+        parallel: true,
     };
     let mut h = Harness::new(4096, cfg);
     let mut model = BTreeMap::new();
@@ -459,6 +460,7 @@ fn a_failed_checkpoint_leaves_no_reference_to_what_it_wrote() {
         page_target: 256,
         delta_max: 4,
         patch_max: 3,
+        parallel: true,
     };
     let mut h = Harness::new(1 << 20, cfg);
     let mut model = BTreeMap::new();
