@@ -18,7 +18,9 @@ use crate::write_buffer::Lookup;
 use arc_swap::ArcSwap;
 use kivi_log::{CheckpointRecord, CommitRecord, OpRef, RecordType, SegmentIds};
 use kivi_storage::{LocalDir, Storage};
-use kivi_tree::{apply, compare_keys, get_into, release_written, Cursor, Pager, TreeConfig};
+use kivi_tree::{
+    apply, compare_keys, get_into, keys_in_leaf_of, release_written, Pager, TreeConfig,
+};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::ops::RangeBounds;
@@ -30,6 +32,15 @@ use std::sync::Arc;
 /// the write buffer is empty: they touch enough of each leaf they reach
 /// that the buffer would save little.
 const DIRECT_APPLY_OPS: usize = 1 << 16;
+
+/// Keys of a group sampled to tell whether they crowd into few leaves.
+const DENSITY_SAMPLES: usize = 16;
+
+/// Keys per leaf, on average over the samples, from which a group goes
+/// straight into the tree while the write buffer is empty. Random updates of
+/// a 1M-pair store put about one key in each leaf they touch; a load in key
+/// order, a leaf's worth (about 50 kv40 pairs).
+const DENSE_KEYS_PER_LEAF: usize = 8;
 
 /// What the writer (the group-commit leader) owns.
 pub(crate) struct Writer {
@@ -585,13 +596,14 @@ impl Inner {
                 .map(|r| r.expect("every write decided"))
                 .collect();
         }
-        // Into the write buffer, or straight into the tree: a load in key
-        // order past the tree's last key, and large batches, gain nothing
-        // from the buffer (each leaf they touch gets many keys anyway), so
-        // they go to the tree while the buffer is empty.
+        // Into the write buffer, or straight into the tree: groups whose
+        // keys crowd into few leaves (a load in key order, an ordered
+        // rewrite of a range) and large groups gain nothing from the buffer
+        // (each leaf they touch gets many keys anyway), so they go to the
+        // tree while the buffer is empty.
         let buffered = !op_refs.is_empty()
             && (!base.buffer.is_empty()
-                || (op_refs.len() < DIRECT_APPLY_OPS && !self.appends(&base, ops[0].0)));
+                || (op_refs.len() < DIRECT_APPLY_OPS && !self.dense(&base, &ops)));
         let applied = if op_refs.is_empty() || buffered {
             None
         } else {
@@ -820,17 +832,24 @@ impl Inner {
         Ok(next)
     }
 
-    /// Whether `first`, a group's smallest key, comes after every key of
-    /// `v`'s tree (a load in key order). `false` when it cannot tell.
-    fn appends(&self, v: &Version, first: &[u8]) -> bool {
+    /// Whether the keys of `ops` (sorted, unique) crowd into the leaves of
+    /// `v`'s tree: sampled at up to `DENSITY_SAMPLES` evenly spaced keys,
+    /// the leaf each falls in holds `DENSE_KEYS_PER_LEAF` of them or more
+    /// on average. `false` when a page read fails (the buffer needs none).
+    fn dense(&self, v: &Version, ops: &[(&[u8], Option<&[u8]>)]) -> bool {
         let Some(root) = &v.root else {
             return true;
         };
-        let mut cursor = Cursor::new(Some(root.clone()));
-        match cursor.seek_backward(&self.pager, None) {
-            Ok(()) => !cursor.is_valid() || compare_keys(cursor.key(), first).is_lt(),
-            Err(_) => false,
+        let keys: Vec<&[u8]> = ops.iter().map(|op| op.0).collect();
+        let samples = keys.len().min(DENSITY_SAMPLES);
+        let mut total = 0;
+        for s in 0..samples {
+            match keys_in_leaf_of(&self.pager, root, &keys, s * keys.len() / samples) {
+                Ok(n) => total += n,
+                Err(_) => return false,
+            }
         }
+        total >= DENSE_KEYS_PER_LEAF * samples
     }
 
     /// Decides a batch with conditions against the tree plus the effects of

@@ -467,3 +467,65 @@ fn write_each_applies_batches_in_order_each_on_its_own() {
         );
     }
 }
+
+#[test]
+fn scattered_writes_are_buffered_and_crowded_ones_go_to_the_tree() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = open(tmp.path());
+    let key = |i: u32| format!("key{i:08}").into_bytes();
+    let load = |from: u32, to: u32, value: &[u8]| {
+        let mut b = WriteBatch::new();
+        for i in from..to {
+            b.put(key(i), value.to_vec()).unwrap();
+        }
+        db.write(b).unwrap();
+    };
+    // A load in key order goes to the tree.
+    for c in 0..20 {
+        load(c * 1000, (c + 1) * 1000, b"loaded");
+    }
+    let st = db.stats().unwrap();
+    assert_eq!((st.buffered_keys, st.buffer_merges), (0, 0));
+    // A rewrite of a run of neighbours does too: many keys per leaf.
+    load(5000, 6000, b"rewritten");
+    let st = db.stats().unwrap();
+    assert_eq!((st.buffered_keys, st.buffer_merges), (0, 0));
+    // Keys spread over the whole store, one per leaf, are buffered.
+    let mut b = WriteBatch::new();
+    for i in (0..20_000).step_by(997) {
+        b.put(key(i), b"scattered".to_vec()).unwrap();
+    }
+    db.write(b).unwrap();
+    let st = db.stats().unwrap();
+    // Buffered, unless writes paused long enough (20 ms) for the
+    // background to merge them already.
+    assert!(
+        (st.buffered_keys, st.buffer_merges) == (21, 0)
+            || (st.buffered_keys, st.buffer_merges) == (0, 1),
+        "{st:?}"
+    );
+    assert_eq!(st.pairs, 20_000);
+    // Reads and scans see the buffered writes over the tree.
+    assert_eq!(
+        db.get(&key(997)).unwrap().as_deref(),
+        Some(&b"scattered"[..])
+    );
+    assert_eq!(
+        db.get(&key(5500)).unwrap().as_deref(),
+        Some(&b"rewritten"[..])
+    );
+    assert_eq!(db.get(&key(1)).unwrap().as_deref(), Some(&b"loaded"[..]));
+    let scattered = db
+        .iter()
+        .filter(|r| r.as_ref().unwrap().1 == b"scattered")
+        .count();
+    assert_eq!(scattered, 21);
+    // An asked-for checkpoint merges the buffer first.
+    db.checkpoint().unwrap();
+    let st = db.stats().unwrap();
+    assert_eq!((st.buffered_keys, st.pairs), (0, 20_000));
+    assert_eq!(
+        db.get(&key(997)).unwrap().as_deref(),
+        Some(&b"scattered"[..])
+    );
+}

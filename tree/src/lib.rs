@@ -26,4 +26,4 @@ pub use leaf::{compare_keys, ValueRef, INLINE_VALUE_MAX};
 pub use node::{DiskRef, Node};
 pub use page::MAX_LEVEL;
 pub use pager::{Durable, Pager, PagerStats};
-pub use read::{get_into, Cursor};
+pub use read::{get_into, keys_in_leaf_of, Cursor};

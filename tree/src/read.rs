@@ -57,6 +57,39 @@ fn get_in(pager: &Pager, node: &Node, key: &[u8], out: &mut Vec<u8>) -> Result<b
     }
 }
 
+/// How many of `keys` (sorted, unique) lie in the leaf that holds or would
+/// hold `keys[at]`: how densely a batch of those keys would hit that leaf.
+/// Descends one path, loading its nodes; leaves are not read.
+pub fn keys_in_leaf_of(
+    pager: &Pager,
+    root: &Arc<Node>,
+    keys: &[&[u8]],
+    at: usize,
+) -> Result<usize, Error> {
+    keys_in_leaf(pager, root, keys, keys[at])
+}
+
+fn keys_in_leaf(pager: &Pager, node: &Node, keys: &[&[u8]], key: &[u8]) -> Result<usize, Error> {
+    match node.body() {
+        Body::Internal { base, .. } => {
+            let i = base.child_index(key);
+            // Child indexes grow with the keys, so those of child `i` are
+            // one run of the sorted keys.
+            let start = keys.partition_point(|k| base.child_index(k) < i);
+            let end = keys.partition_point(|k| base.child_index(k) <= i);
+            let keys = &keys[start..end];
+            match node.child_ref(i) {
+                ChildRef::Mem(child) => keys_in_leaf(pager, child, keys, key),
+                ChildRef::Disk(at) => {
+                    let child = pager.load(*at, node.level() - 1)?;
+                    keys_in_leaf(pager, &child, keys, key)
+                }
+            }
+        }
+        Body::Leaf { .. } => Ok(keys.len()),
+    }
+}
+
 fn copy_entry(pager: &Pager, e: Entry<'_>, out: &mut Vec<u8>) -> Result<bool, Error> {
     out.clear();
     match e {
