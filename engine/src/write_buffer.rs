@@ -176,9 +176,54 @@ impl Chunk {
     }
 }
 
+/// Words (64 bits each) of a buffer's key filter: 256 KiB, 13 bits per key
+/// for the default buffer's ~160,000 keys (a larger buffer only gets more
+/// false positives).
+const FILTER_WORDS: usize = 1 << 15;
+
+/// A Bloom filter of the keys a buffer holds, one 64-bit word per key
+/// (four bits in it), so that most lookups of keys the buffer does not hold
+/// skip the skiplist's search (a few cache misses per level): with random
+/// keys most reads miss the buffer. Bits are set before the version that
+/// holds the key is published, so a reader never misses a key its version
+/// holds.
+struct Filter {
+    words: Box<[AtomicU64]>,
+}
+
+impl Filter {
+    fn new() -> Self {
+        Filter {
+            words: (0..FILTER_WORDS).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    fn probe(key: &[u8]) -> (usize, u64) {
+        let h = u64::from(crc32c::crc32c(key)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let word = (h >> 40) as usize % FILTER_WORDS;
+        let mask = (1 << (h & 63))
+            | (1 << ((h >> 6) & 63))
+            | (1 << ((h >> 12) & 63))
+            | (1 << ((h >> 18) & 63));
+        (word, mask)
+    }
+
+    fn insert(&self, key: &[u8]) {
+        let (word, mask) = Self::probe(key);
+        self.words[word].fetch_or(mask, Ordering::Relaxed);
+    }
+
+    fn may_hold(&self, key: &[u8]) -> bool {
+        let (word, mask) = Self::probe(key);
+        self.words[word].load(Ordering::Relaxed) & mask == mask
+    }
+}
+
 #[derive(Default)]
 pub(crate) struct WriteBuffer {
     map: SkipMap<BufKey, Slot>,
+    /// Made at the first insert (a buffer that stays empty costs nothing).
+    filter: std::sync::OnceLock<Filter>,
     /// Memory held, estimated.
     bytes: AtomicU64,
 }
@@ -210,6 +255,7 @@ impl WriteBuffer {
             })
         };
         let value_len = value.map_or(0, <[u8]>::len) as u64;
+        self.filter.get_or_init(Filter::new).insert(key);
         // One search whether or not the key is here.
         let mut new = false;
         let entry = self.map.get_or_insert_with(BufKey::new(key), || {
@@ -236,8 +282,9 @@ impl WriteBuffer {
 
     /// Looks `key` up as of version `seq`, copying a value found into `out`.
     pub fn get_into(&self, key: &[u8], seq: u64, out: &mut Vec<u8>) -> Lookup {
-        if self.map.is_empty() {
-            return Lookup::NotHere;
+        match self.filter.get() {
+            Some(f) if f.may_hold(key) => {}
+            _ => return Lookup::NotHere,
         }
         let Some(entry) = self.map.get(&BufKey::new(key)) else {
             return Lookup::NotHere;
