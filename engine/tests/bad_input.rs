@@ -768,6 +768,9 @@ fn a_large_group_whose_apply_fails_leaves_nothing_in_the_log() {
     let db = sim_db(&sim);
     fill(&db, &m);
     db.checkpoint().unwrap();
+    // Reopened, as above, so that the apply reads the nodes it passes.
+    drop(db);
+    let db = sim_db(&sim);
     db.clear_cache();
     sim.inject(Some(SimOp::Read), 0, Fault::Io, false);
     let mut b = WriteBatch::new();
