@@ -23,15 +23,20 @@ pub struct Options {
     /// Memory for changes not yet written by a checkpoint (default 64 MiB):
     /// a checkpoint starts when they reach it (`Stats::dirty_bytes`). While
     /// one is being written the next changes gather beside it, so about
-    /// twice this is held at the peak. Smaller means less memory and more
-    /// checkpoints, each rewriting the pages changed since the last.
+    /// twice this is held at the peak. Half of it also bounds the write
+    /// buffer, where small groups of writes wait to be merged into the tree
+    /// in one sorted batch (`Stats::buffered_bytes`); writes wait while the
+    /// two together pass twice this. Smaller means less memory and more
+    /// checkpoints and merges, each rewriting the pages changed since the
+    /// last.
     pub write_buffer_bytes: u64,
     /// Pages split when their encoded size would pass this (default 4 KiB).
     pub page_size: usize,
     /// Segment files are closed and a new one started at about this size (default 64 MiB).
     pub segment_bytes: u64,
     /// A checkpoint is taken once this much commit log has been written since
-    /// the last one (default 64 MiB). Bounds recovery time and commit-log space.
+    /// the last one (default 64 MiB); the write buffer is merged once its
+    /// commits span half of it. Bounds recovery time and commit-log space.
     pub checkpoint_bytes: u64,
     /// The cleaner keeps the store's files within this many times its live
     /// bytes (default 2.0), copying the live pages out of the oldest page
