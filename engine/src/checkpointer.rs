@@ -478,6 +478,10 @@ impl Inner {
     /// Merges the write buffer into the tree if no commit came for
     /// `BUFFER_IDLE_MS`; a failure is left for the next commit to report.
     fn merge_idle_buffer(&self) {
+        // Idle stores tick here too: no writer lock for an empty buffer.
+        if self.published.load().buffer.is_empty() {
+            return;
+        }
         let _writer = self.writer.lock();
         let v = self.published.load_full();
         if v.buffer.is_empty() {

@@ -840,6 +840,10 @@ impl Inner {
         let Some(root) = &v.root else {
             return true;
         };
+        // Fewer keys than the bar cannot reach it (single puts, mostly).
+        if ops.len() < DENSE_KEYS_PER_LEAF {
+            return false;
+        }
         let keys: Vec<&[u8]> = ops.iter().map(|op| op.0).collect();
         let samples = keys.len().min(DENSITY_SAMPLES);
         let mut total = 0;

@@ -455,6 +455,18 @@ mod tests {
         assert!(out.is_empty());
     }
 
+    proptest! {
+        /// The skiplist's order (inline heads first) is the keys' byte
+        /// order, for keys shorter and longer than a head and sharing one.
+        #[test]
+        fn buffer_keys_order_as_their_bytes(
+            a in prop::collection::vec(prop_oneof![Just(0u8), Just(1u8), any::<u8>()], 0..12),
+            b in prop::collection::vec(prop_oneof![Just(0u8), Just(1u8), any::<u8>()], 0..12),
+        ) {
+            prop_assert_eq!(BufKey::new(&a).cmp(&BufKey::new(&b)), a.cmp(&b));
+        }
+    }
+
     /// A write buffer against a model: a `BTreeMap` per version.
     #[derive(Debug, Clone)]
     enum Op {
