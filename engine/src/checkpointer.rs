@@ -484,7 +484,7 @@ impl Inner {
         }
         let _writer = self.writer.lock();
         let v = self.published.load_full();
-        if v.buffer.is_empty() {
+        if v.buffer.is_empty() || !self.merge_has_room(&v) {
             return;
         }
         if let Err(e) = self.merge_buffer(&v, true) {

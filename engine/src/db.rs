@@ -782,11 +782,25 @@ impl Inner {
 
     /// Whether the write buffer under `v` is due to be merged into the tree:
     /// it holds its share of memory, or half of `checkpoint_bytes` of commit
-    /// log (which no checkpoint can retire until the merge).
+    /// log (which no checkpoint can retire until the merge); and the tree
+    /// has room for what the merge adds (see `merge_has_room`).
     pub(crate) fn buffer_wants_merge(&self, v: &Version) -> bool {
         !v.buffer.is_empty()
             && (v.buffer.bytes() >= self.buffer_limit()
                 || v.visible_log_bytes - v.log_bytes >= self.opts.checkpoint_bytes / 2)
+            && self.merge_has_room(v)
+    }
+
+    /// Whether a merge of `v`'s buffer may add to the tree's unwritten
+    /// changes now: they are under `write_buffer_bytes`, or the buffer has
+    /// grown to twice its share. A merge can add more than it takes from
+    /// the buffer (whole leaves against buffered pairs); made while the
+    /// unwritten changes sit at the writers' hard limit, behind stalled
+    /// checkpoints, it took them past it. Deferred, the buffer grows
+    /// instead, which the writers' limit counts.
+    pub(crate) fn merge_has_room(&self, v: &Version) -> bool {
+        self.pager.dirty_bytes() < self.opts.write_buffer_bytes
+            || v.buffer.bytes() >= self.buffer_limit().saturating_mul(2)
     }
 
     /// Merges the write buffer of `base`, the published version, into the
