@@ -1,9 +1,14 @@
 //! Developer tool: times full ordered scans of an N-pair store (kv40-like
 //! pairs) so a profiler can be pointed at the scan path alone.
 //! `cargo run --release -p kivi --example scan_bench -- DIR N ROUNDS [UPDATES]`
+//! (`SCAN_AFTER`, below, says what to wait for before the scans)
 use std::time::Instant;
 
 mod common;
+
+/// The allocator the `kivi` binary uses.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> common::Result<()> {
     let args: Vec<String> = std::env::args().collect();
@@ -13,7 +18,24 @@ fn main() -> common::Result<()> {
     let db = common::load(dir, n)?;
     let updates: u64 = args.get(4).map_or(Ok(0), |s| s.parse())?;
     common::update(&db, n, updates, 1)?;
-    db.checkpoint()?;
+    // What the store may still be doing when the scans start:
+    // `SCAN_AFTER=checkpoint` (the default) checkpoints first, `now` scans
+    // at once, `MS` waits that many milliseconds.
+    match std::env::var("SCAN_AFTER")
+        .as_deref()
+        .unwrap_or("checkpoint")
+    {
+        "checkpoint" => db.checkpoint()?,
+        "now" => {}
+        ms => std::thread::sleep(std::time::Duration::from_millis(ms.parse()?)),
+    }
+    let s = db.stats()?;
+    println!(
+        "buffered keys {}  dirty MiB {}  checkpoints {}",
+        s.buffered_keys,
+        s.dirty_bytes >> 20,
+        s.checkpoints
+    );
     for _ in 0..rounds {
         let t = Instant::now();
         let mut scan = db.scan::<&[u8], _>(..);

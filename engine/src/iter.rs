@@ -6,6 +6,7 @@ use crate::version::Version;
 use crate::write_buffer::Chunk;
 use kivi_tree::{compare_keys, Cursor, ValueRef};
 use std::cmp::Ordering;
+use std::mem::ManuallyDrop;
 use std::ops::{Bound, RangeBounds};
 use std::sync::Arc;
 
@@ -22,15 +23,33 @@ pub(crate) fn bound_owned<K: AsRef<[u8]>, R: RangeBounds<K>>(
 
 /// A consistent, read-only view of the store at one moment. Writers never
 /// wait for it; it keeps the version it sees alive until dropped.
-#[derive(Clone)]
 pub struct Snapshot {
     inner: Arc<Inner>,
-    version: Arc<Version>,
+    /// Taken only by `drop`.
+    version: ManuallyDrop<Arc<Version>>,
+}
+
+impl Clone for Snapshot {
+    fn clone(&self) -> Self {
+        Snapshot::new(self.inner.clone(), Arc::clone(&self.version))
+    }
+}
+
+impl Drop for Snapshot {
+    fn drop(&mut self) {
+        // SAFETY: `version` is not used again: this is the snapshot's drop,
+        // and the field is taken nowhere else.
+        let version = unsafe { ManuallyDrop::take(&mut self.version) };
+        self.inner.reclaimer.release(version);
+    }
 }
 
 impl Snapshot {
     pub(crate) fn new(inner: Arc<Inner>, version: Arc<Version>) -> Self {
-        Snapshot { inner, version }
+        Snapshot {
+            inner,
+            version: ManuallyDrop::new(version),
+        }
     }
 
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
@@ -43,7 +62,7 @@ impl Snapshot {
 
     pub fn range<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> Iter {
         let (start, end) = bound_owned(&range);
-        Iter::new(self.inner.clone(), self.version.clone(), start, end)
+        Iter::new(self.inner.clone(), Arc::clone(&self.version), start, end)
     }
 
     pub fn iter(&self) -> Iter {
@@ -53,13 +72,25 @@ impl Snapshot {
     /// A zero-copy scan of `range` in ascending key order (see [`Scan`]).
     pub fn scan<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> Scan {
         let (start, end) = bound_owned(&range);
-        Scan::new(self.inner.clone(), self.version.clone(), start, end, true)
+        Scan::new(
+            self.inner.clone(),
+            Arc::clone(&self.version),
+            start,
+            end,
+            true,
+        )
     }
 
     /// A zero-copy scan of `range` in descending key order.
     pub fn scan_rev<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> Scan {
         let (start, end) = bound_owned(&range);
-        Scan::new(self.inner.clone(), self.version.clone(), start, end, false)
+        Scan::new(
+            self.inner.clone(),
+            Arc::clone(&self.version),
+            start,
+            end,
+            false,
+        )
     }
 
     /// Number of pairs in this snapshot. Counting the pairs of the write
@@ -184,7 +215,8 @@ pub struct Scan {
     inner: Arc<Inner>,
     /// Held for its epoch too: the cleaner deletes no segment this version's
     /// pages may lie in while it is alive (the cursor holds only nodes).
-    version: Arc<Version>,
+    /// Taken only by `drop`.
+    version: ManuallyDrop<Arc<Version>>,
     start: Bound<Vec<u8>>,
     end: Bound<Vec<u8>>,
     cursor: Cursor,
@@ -223,7 +255,7 @@ impl Scan {
         let cursor = Cursor::new(version.root.clone());
         Scan {
             inner,
-            version,
+            version: ManuallyDrop::new(version),
             start,
             end,
             cursor,
@@ -383,5 +415,17 @@ impl Scan {
             &mut self.buffered,
         );
         self.buffer_next = next.map(Some);
+    }
+}
+
+impl Drop for Scan {
+    fn drop(&mut self) {
+        // The cursor holds the tree's root: let go of it first, so that
+        // freeing a superseded tree happens with its version, elsewhere.
+        self.cursor = Cursor::new(None);
+        // SAFETY: `version` is not used again: this is the scan's drop, and
+        // the field is taken nowhere else.
+        let version = unsafe { ManuallyDrop::take(&mut self.version) };
+        self.inner.reclaimer.release(version);
     }
 }
