@@ -338,8 +338,9 @@ impl WriteBuffer {
         bytes.extend_from_slice(value_bytes);
         let key_len = u32::try_from(key.len()).expect("keys are far below 4 GiB (limits.rs)");
         self.filter.get_or_init(Filter::new).insert(key);
+        let head = head_of(key);
         let write = Write {
-            head: head_of(key),
+            head,
             seq,
             bytes: bytes.into_boxed_slice(),
             key_len,
@@ -353,7 +354,8 @@ impl WriteBuffer {
             entry.prev().is_none_or(|p| p.key().key() != key),
             "sequence numbers only grow, and a key is written once per commit"
         );
-        if older.is_none_or(|o| o.key().key() != key) {
+        // Heads first: comparing whole keys here took 4% of random updates.
+        if older.is_none_or(|o| o.key().head != head || o.key().key() != key) {
             self.keys.fetch_add(1, Ordering::Relaxed);
         }
         self.bytes.fetch_add(
@@ -507,13 +509,15 @@ impl WriteBuffer {
         let range = self
             .map
             .range::<dyn Place, _>((as_place(&low_probe), as_place(&high_probe)));
+        let mut last_head = None;
         let mut visit = |entry: Entry<'_>| -> Option<Vec<u8>> {
             let write = entry.key();
             if write.seq > seq {
                 return None; // newer than the reader's version
             }
             let key = write.key();
-            let same_key = out.last_key() == Some(key);
+            // Heads first: most neighbours differ in them.
+            let same_key = last_head == Some(write.head) && out.last_key() == Some(key);
             if same_key && forward {
                 return None; // an older write of a key already taken
             }
@@ -526,6 +530,7 @@ impl WriteBuffer {
                 out.pop_last();
             }
             out.push(key, write.value());
+            last_head = Some(write.head);
             None
         };
         if forward {
