@@ -671,9 +671,7 @@ impl Inner {
             }
             None => {
                 if buffered {
-                    for &(k, v) in &ops {
-                        base.buffer.insert(k, v, seq);
-                    }
+                    base.buffer.insert_group(&ops, seq);
                 }
                 let mut next = Version {
                     visible_seq: seq.max(base.visible_seq),
@@ -816,25 +814,20 @@ impl Inner {
         if base.buffer.is_empty() {
             return Ok(base.clone());
         }
-        let mut keys: Vec<Box<[u8]>> = Vec::with_capacity(base.buffer.keys());
-        let mut values: Vec<Option<Box<[u8]>>> = Vec::with_capacity(base.buffer.keys());
-        base.buffer.for_each_newest(|k, v| {
-            keys.push(k.into());
-            values.push(v.map(Box::from));
-        });
-        let ops: Vec<OpRef<'_>> = keys
-            .iter()
-            .zip(&values)
-            .map(|(k, v)| match v {
-                Some(v) => OpRef::Put(k, v),
-                None => OpRef::Delete(k),
-            })
-            .collect();
         let cfg = TreeConfig {
             parallel: !background,
             ..self.tree_cfg
         };
-        let a = apply(&self.pager, &cfg, base.root.as_ref(), &ops)?;
+        let a = base.buffer.with_newest(|newest| {
+            let ops: Vec<OpRef<'_>> = newest
+                .iter()
+                .map(|w| match w.value() {
+                    Some(v) => OpRef::Put(w.key(), v),
+                    None => OpRef::Delete(w.key()),
+                })
+                .collect();
+            apply(&self.pager, &cfg, base.root.as_ref(), &ops)
+        })?;
         let pairs = (base.pairs as i64 + a.pairs_delta) as u64;
         let next = Arc::new(Version {
             epoch: base.epoch.clone(),

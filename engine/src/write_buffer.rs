@@ -20,12 +20,16 @@
 //! keep the old one (and the old tree) alive.
 //!
 //! The skiplist is crossbeam's: readers search it while the leader
-//! inserts, without locks. An entry is two allocations, the skiplist's node
+//! inserts, without locks. Its base interface is used, with one epoch pin
+//! per call (a lookup, a group's inserts, a scan's chunk, a merge), not the
+//! map's reference-counted entries, which pinned and counted at every step
+//! of a walk. An entry is two allocations, the skiplist's node
 //! and one holding the key and value bytes: a walk over the buffer (a scan,
 //! a merge) meets two cache misses per write, not the four of a key with a
 //! separate chain of values.
 
-use crossbeam_skiplist::SkipMap;
+use crossbeam_epoch::{self as epoch, Guard};
+use crossbeam_skiplist::base::SkipList;
 use std::borrow::Borrow;
 use std::cmp::Ordering as KeyOrder;
 use std::ops::Bound;
@@ -172,7 +176,21 @@ const TREE_UNKNOWN: u8 = 0;
 const TREE_ABSENT: u8 = 1;
 const TREE_PRESENT: u8 = 2;
 
-type Entry<'a> = crossbeam_skiplist::map::Entry<'a, Write, AtomicU8>;
+type Entry<'a, 'g> = crossbeam_skiplist::base::Entry<'a, 'g, Write, AtomicU8>;
+
+/// A key's newest write, lent by the buffer (see `WriteBuffer::with_newest`).
+pub(crate) struct Newest<'a, 'g>(Entry<'a, 'g>);
+
+impl Newest<'_, '_> {
+    pub fn key(&self) -> &[u8] {
+        self.0.key().key()
+    }
+
+    /// `None` for a delete.
+    pub fn value(&self) -> Option<&[u8]> {
+        self.0.key().value()
+    }
+}
 
 /// What the buffer says about a key as of a version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -302,15 +320,25 @@ impl Filter {
     }
 }
 
-#[derive(Default)]
 pub(crate) struct WriteBuffer {
-    map: SkipMap<Write, AtomicU8>,
+    map: SkipList<Write, AtomicU8>,
     /// Made at the first insert (a buffer that stays empty costs nothing).
     filter: std::sync::OnceLock<Filter>,
     /// Distinct keys held.
     keys: AtomicUsize,
     /// Memory held, estimated.
     bytes: AtomicU64,
+}
+
+impl Default for WriteBuffer {
+    fn default() -> Self {
+        WriteBuffer {
+            map: SkipList::new(epoch::default_collector().clone()),
+            filter: std::sync::OnceLock::new(),
+            keys: AtomicUsize::new(0),
+            bytes: AtomicU64::new(0),
+        }
+    }
 }
 
 impl WriteBuffer {
@@ -331,7 +359,21 @@ impl WriteBuffer {
     /// Records `value` (`None`: a delete) under `key` as written by commit
     /// `seq`. Only the group-commit leader calls this, with `seq` at least
     /// every sequence number already inserted, and each key once per `seq`.
+    #[cfg(test)]
     pub fn insert(&self, key: &[u8], value: Option<&[u8]>, seq: u64) {
+        self.insert_pinned(key, value, seq, &epoch::pin());
+    }
+
+    /// Records a commit's operations (`None`: a delete), as `insert` does
+    /// one.
+    pub fn insert_group(&self, ops: &[(&[u8], Option<&[u8]>)], seq: u64) {
+        let guard = &epoch::pin();
+        for &(key, value) in ops {
+            self.insert_pinned(key, value, seq, guard);
+        }
+    }
+
+    fn insert_pinned(&self, key: &[u8], value: Option<&[u8]>, seq: u64, guard: &Guard) {
         let value_bytes = value.unwrap_or_default();
         let mut bytes = Vec::with_capacity(key.len() + value_bytes.len());
         bytes.extend_from_slice(key);
@@ -346,16 +388,29 @@ impl WriteBuffer {
             key_len,
             delete: value.is_none(),
         };
-        let entry = self.map.insert(write, AtomicU8::new(TREE_UNKNOWN));
+        let entry = self.map.insert(write, AtomicU8::new(TREE_UNKNOWN), guard);
         // The newest write of its key comes first: an older one of the
-        // same key, if any, is the next entry.
-        let older = entry.next();
-        debug_assert!(
-            entry.prev().is_none_or(|p| p.key().key() != key),
-            "sequence numbers only grow, and a key is written once per commit"
-        );
-        // Heads first: comparing whole keys here took 4% of random updates.
-        if older.is_none_or(|o| o.key().head != head || o.key().key() != key) {
+        // same key, if any, is the next entry. Heads first: comparing whole
+        // keys here took 4% of random updates.
+        let new_key = match entry.next(guard) {
+            None => true,
+            Some(older) => {
+                let differs = older.key().head != head || older.key().key() != key;
+                older.release(guard);
+                differs
+            }
+        };
+        #[cfg(debug_assertions)]
+        if let Some(newer) = entry.prev(guard) {
+            let same = newer.key().key() == key;
+            newer.release(guard);
+            debug_assert!(
+                !same,
+                "sequence numbers only grow, and a key is written once per commit"
+            );
+        }
+        entry.release(guard);
+        if new_key {
             self.keys.fetch_add(1, Ordering::Relaxed);
         }
         self.bytes.fetch_add(
@@ -365,11 +420,16 @@ impl WriteBuffer {
     }
 
     /// The newest write of `key` a reader of version `seq` sees.
-    fn visible(&self, key: &[u8], seq: u64) -> Option<Entry<'_>> {
+    fn visible<'a: 'g, 'g>(
+        &'a self,
+        key: &[u8],
+        seq: u64,
+        guard: &'g Guard,
+    ) -> Option<Entry<'a, 'g>> {
         let probe = Probe::new(key, seq);
         let entry = self
             .map
-            .lower_bound::<dyn Place>(Bound::Included(&probe as &dyn Place))?;
+            .lower_bound::<dyn Place>(Bound::Included(&probe as &dyn Place), guard)?;
         (entry.key().key() == key).then_some(entry)
     }
 
@@ -379,7 +439,8 @@ impl WriteBuffer {
             Some(f) if f.may_hold(key) => {}
             _ => return Lookup::NotHere,
         }
-        let Some(entry) = self.visible(key, seq) else {
+        let guard = &epoch::pin();
+        let Some(entry) = self.visible(key, seq, guard) else {
             return Lookup::NotHere;
         };
         match entry.key().value() {
@@ -392,21 +453,25 @@ impl WriteBuffer {
         }
     }
 
-    /// Calls `f` with every key's newest write (`None`: a delete), in key
-    /// order: what merging the buffer into the tree applies. Only for the
-    /// leader, which is the only writer, so the newest write is its own.
-    pub fn for_each_newest<F: FnMut(&[u8], Option<&[u8]>)>(&self, mut f: F) {
-        let mut last: Option<Entry<'_>> = None;
-        for entry in self.map.iter() {
-            if last
-                .as_ref()
-                .is_some_and(|l| l.key().key() == entry.key().key())
+    /// Calls `f` with every key's newest write, in key order: what merging
+    /// the buffer into the tree applies. Only for the leader, which is the
+    /// only writer, so the newest write is its own. The writes are lent, not
+    /// copied (the merge used to copy each key and value into allocations
+    /// of its own).
+    pub fn with_newest<R>(&self, f: impl FnOnce(&[Newest<'_, '_>]) -> R) -> R {
+        let guard = &epoch::pin();
+        let mut out: Vec<Newest<'_, '_>> = Vec::with_capacity(self.keys());
+        for entry in self.map.iter(guard) {
+            let write = entry.key();
+            if out
+                .last()
+                .is_some_and(|l| l.0.key().head == write.head && l.0.key().key() == write.key())
             {
-                continue; // an older write of the key just passed
+                continue; // an older write of the key just taken
             }
-            f(entry.key().key(), entry.key().value());
-            last = Some(entry);
+            out.push(Newest(entry));
         }
+        f(&out)
     }
 
     /// The change the buffer makes to the tree's pair count as seen by
@@ -421,13 +486,13 @@ impl WriteBuffer {
         in_tree: &mut dyn FnMut(&[u8]) -> Result<bool, E>,
     ) -> Result<i64, E> {
         // Per key: its visible write, and the answer any of its entries has.
-        struct Group<'a> {
-            visible: Option<Entry<'a>>,
+        struct Group<'a, 'g> {
+            visible: Option<Entry<'a, 'g>>,
             known: u8,
-            first: Entry<'a>,
+            first: Entry<'a, 'g>,
         }
         let mut delta = 0i64;
-        let mut finish = |g: Group<'_>| -> Result<(), E> {
+        let mut finish = |g: Group<'_, '_>| -> Result<(), E> {
             let Some(visible) = g.visible else {
                 return Ok(());
             };
@@ -446,8 +511,9 @@ impl WriteBuffer {
             delta += i64::from(!visible.key().delete) - i64::from(present);
             Ok(())
         };
-        let mut group: Option<Group<'_>> = None;
-        for entry in self.map.iter() {
+        let guard = &epoch::pin();
+        let mut group: Option<Group<'_, '_>> = None;
+        for entry in self.map.iter(guard) {
             let same = group
                 .as_ref()
                 .is_some_and(|g| g.first.key().key() == entry.key().key());
@@ -506,11 +572,12 @@ impl WriteBuffer {
             Bound::Excluded(k) => Bound::Excluded(Probe::new(k, u64::MAX)),
             Bound::Unbounded => Bound::Unbounded,
         };
+        let guard = &epoch::pin();
         let range = self
             .map
-            .range::<dyn Place, _>((as_place(&low_probe), as_place(&high_probe)));
+            .range::<dyn Place, _>((as_place(&low_probe), as_place(&high_probe)), guard);
         let mut last_head = None;
-        let mut visit = |entry: Entry<'_>| -> Option<Vec<u8>> {
+        let mut visit = |entry: Entry<'_, '_>| -> Option<Vec<u8>> {
             let write = entry.key();
             if write.seq > seq {
                 return None; // newer than the reader's version
@@ -728,8 +795,12 @@ mod tests {
                     .sum();
                 prop_assert_eq!(delta, want_delta);
             }
-            let mut newest = Vec::new();
-            b.for_each_newest(|k, v| newest.push((k.to_vec(), v.map(<[u8]>::to_vec))));
+            let newest: Vec<BufferedPair> = b.with_newest(|newest| {
+                newest
+                    .iter()
+                    .map(|w| (w.key().to_vec(), w.value().map(<[u8]>::to_vec)))
+                    .collect()
+            });
             let last: Vec<BufferedPair> = models.last().unwrap().iter().map(|(k, v)| (k.clone(), v.clone())).collect();
             prop_assert_eq!(newest, last);
             prop_assert_eq!(b.keys(), models.last().unwrap().len());

@@ -517,8 +517,11 @@ impl<'a> Ctx<'a> {
             .max(1);
         let (first, second) = groups.split_at(split);
         let (pager, cfg) = (self.pager, self.cfg);
-        std::thread::scope(|s| {
-            let helper = s.spawn(move || {
+        // rayon's pool, not a thread per batch: its threads live on, and so
+        // do their allocator heaps (a fresh thread's heap had to be fed
+        // fresh pages from the kernel, zeroed, for every batch).
+        let (theirs, mine) = rayon::join(
+            move || {
                 let mut ctx = Ctx {
                     pager,
                     cfg,
@@ -528,15 +531,14 @@ impl<'a> Ctx<'a> {
                 };
                 ctx.apply_groups(node, ops, bigs, first)
                     .map(|c| (c, ctx.pairs_delta, ctx.new_bytes))
-            });
-            let mine = self.apply_groups(node, ops, bigs, second);
-            let theirs = helper.join().expect("apply thread panicked");
-            let (mut changes, pairs_delta, new_bytes) = theirs?;
-            self.pairs_delta += pairs_delta;
-            self.new_bytes += new_bytes;
-            changes.extend(mine?);
-            Ok(changes)
-        })
+            },
+            || self.apply_groups(node, ops, bigs, second),
+        );
+        let (mut changes, pairs_delta, new_bytes) = theirs?;
+        self.pairs_delta += pairs_delta;
+        self.new_bytes += new_bytes;
+        changes.extend(mine?);
+        Ok(changes)
     }
 
     fn apply_internal(
