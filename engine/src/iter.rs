@@ -21,48 +21,69 @@ pub(crate) fn bound_owned<K: AsRef<[u8]>, R: RangeBounds<K>>(
     (own(range.start_bound()), own(range.end_bound()))
 }
 
-/// A consistent, read-only view of the store at one moment. Writers never
-/// wait for it; it keeps the version it sees alive until dropped.
-pub struct Snapshot {
+/// A reader's hold on a version (a snapshot's, a scan's). Dropped, it hands
+/// the version to the reclaimer if it was the last reference, so that a
+/// reader never frees a superseded tree and write buffer itself.
+struct Held {
     inner: Arc<Inner>,
     /// Taken only by `drop`.
     version: ManuallyDrop<Arc<Version>>,
 }
 
-impl Clone for Snapshot {
-    fn clone(&self) -> Self {
-        Snapshot::new(self.inner.clone(), Arc::clone(&self.version))
+impl Held {
+    fn new(inner: Arc<Inner>, version: Arc<Version>) -> Self {
+        Held {
+            inner,
+            version: ManuallyDrop::new(version),
+        }
+    }
+
+    fn version(&self) -> Arc<Version> {
+        Arc::clone(&self.version)
     }
 }
 
-impl Drop for Snapshot {
+impl Clone for Held {
+    fn clone(&self) -> Self {
+        Held::new(self.inner.clone(), self.version())
+    }
+}
+
+impl Drop for Held {
     fn drop(&mut self) {
-        // SAFETY: `version` is not used again: this is the snapshot's drop,
-        // and the field is taken nowhere else.
+        // SAFETY: `version` is not used again: this is the hold's drop, and
+        // the field is taken nowhere else.
         let version = unsafe { ManuallyDrop::take(&mut self.version) };
         self.inner.reclaimer.release(version);
     }
 }
 
+/// A consistent, read-only view of the store at one moment. Writers never
+/// wait for it; it keeps the version it sees alive until dropped.
+#[derive(Clone)]
+pub struct Snapshot {
+    held: Held,
+}
+
 impl Snapshot {
     pub(crate) fn new(inner: Arc<Inner>, version: Arc<Version>) -> Self {
         Snapshot {
-            inner,
-            version: ManuallyDrop::new(version),
+            held: Held::new(inner, version),
         }
     }
 
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         let mut out = Vec::new();
         Ok(self
+            .held
             .inner
-            .read(&self.version, key, &mut out)?
+            .read(&self.held.version, key, &mut out)?
             .then_some(out))
     }
 
     pub fn range<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> Iter {
         let (start, end) = bound_owned(&range);
-        Iter::new(self.inner.clone(), Arc::clone(&self.version), start, end)
+        Iter::new(self.held.inner.clone(), self.held.version(), start, end)
     }
 
     pub fn iter(&self) -> Iter {
@@ -73,8 +94,8 @@ impl Snapshot {
     pub fn scan<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> Scan {
         let (start, end) = bound_owned(&range);
         Scan::new(
-            self.inner.clone(),
-            Arc::clone(&self.version),
+            self.held.inner.clone(),
+            self.held.version(),
             start,
             end,
             true,
@@ -85,8 +106,8 @@ impl Snapshot {
     pub fn scan_rev<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> Scan {
         let (start, end) = bound_owned(&range);
         Scan::new(
-            self.inner.clone(),
-            Arc::clone(&self.version),
+            self.held.inner.clone(),
+            self.held.version(),
             start,
             end,
             false,
@@ -96,7 +117,7 @@ impl Snapshot {
     /// Number of pairs in this snapshot. Counting the pairs of the write
     /// buffer may read pages, which may fail.
     pub fn len(&self) -> Result<u64> {
-        self.inner.pairs(&self.version)
+        self.held.inner.pairs(&self.held.version)
     }
 
     pub fn is_empty(&self) -> Result<bool> {
@@ -107,7 +128,7 @@ impl Snapshot {
     // `Version::seq` is its tree's; readers see `visible_seq`.
     #[allow(clippy::misnamed_getters)]
     pub fn seq(&self) -> u64 {
-        self.version.visible_seq
+        self.held.version.visible_seq
     }
 }
 
@@ -212,14 +233,15 @@ impl DoubleEndedIterator for Iter {
 /// # Ok::<(), kivi::Error>(())
 /// ```
 pub struct Scan {
-    inner: Arc<Inner>,
+    /// Declared first, so dropped first: the cursor holds the tree's root,
+    /// and letting go of it before the version lets a superseded tree be
+    /// freed with its version, by the reclaimer.
+    cursor: Cursor,
     /// Held for its epoch too: the cleaner deletes no segment this version's
     /// pages may lie in while it is alive (the cursor holds only nodes).
-    /// Taken only by `drop`.
-    version: ManuallyDrop<Arc<Version>>,
+    held: Held,
     start: Bound<Vec<u8>>,
     end: Bound<Vec<u8>>,
-    cursor: Cursor,
     forward: bool,
     started: bool,
     done: bool,
@@ -254,11 +276,10 @@ impl Scan {
     ) -> Self {
         let cursor = Cursor::new(version.root.clone());
         Scan {
-            inner,
-            version: ManuallyDrop::new(version),
+            cursor,
+            held: Held::new(inner, version),
             start,
             end,
-            cursor,
             forward,
             started: false,
             done: false,
@@ -271,7 +292,7 @@ impl Scan {
 
     #[inline]
     fn position(&mut self) -> Result<()> {
-        let pager = &self.inner.pager;
+        let pager = &self.held.inner.pager;
         if !self.started {
             self.started = true;
             if self.forward {
@@ -329,7 +350,7 @@ impl Scan {
         if self.done {
             return Ok(None);
         }
-        if self.version.visible_seq == self.version.seq {
+        if self.held.version.visible_seq == self.held.version.seq {
             // Nothing buffered: the tree alone.
             if let Err(e) = self.position() {
                 self.done = true;
@@ -389,7 +410,7 @@ impl Scan {
         let value = match self.cursor.value() {
             ValueRef::Inline(v) => v,
             ValueRef::Big(b) => {
-                self.big = self.inner.pager.read_big(b)?;
+                self.big = self.held.inner.pager.read_big(b)?;
                 &self.big
             }
         };
@@ -406,26 +427,14 @@ impl Scan {
             (Some(k), true) => (Bound::Excluded(k.as_slice()), as_ref(&self.end)),
             (Some(k), false) => (as_ref(&self.start), Bound::Excluded(k.as_slice())),
         };
-        let next = self.version.buffer.take(
+        let next = self.held.version.buffer.take(
             low,
             high,
             self.forward,
-            self.version.visible_seq,
+            self.held.version.visible_seq,
             BUFFER_CHUNK,
             &mut self.buffered,
         );
         self.buffer_next = next.map(Some);
-    }
-}
-
-impl Drop for Scan {
-    fn drop(&mut self) {
-        // The cursor holds the tree's root: let go of it first, so that
-        // freeing a superseded tree happens with its version, elsewhere.
-        self.cursor = Cursor::new(None);
-        // SAFETY: `version` is not used again: this is the scan's drop, and
-        // the field is taken nowhere else.
-        let version = unsafe { ManuallyDrop::take(&mut self.version) };
-        self.inner.reclaimer.release(version);
     }
 }
