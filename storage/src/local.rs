@@ -368,14 +368,22 @@ impl Storage for LocalDir {
     }
 }
 
-/// The file is made this much longer than its data at a time (a sparse
-/// tail, no disk blocks), so that most appends do not change the file's size:
-/// fdatasync then has only data to make durable and no inode size, which
-/// measured 0.64× the latency of an appending fdatasync on ext4 (see
-/// ARCHITECTURE.md, LocalDir). A crash can leave the zeros of the tail behind;
-/// readers stop at the first invalid record, as at any torn tail, and a
-/// clean close trims them.
-const SIZE_STEP: u64 = 8 << 20;
+/// The file is made this much longer than its data at a time, by writing
+/// zeros (not by `set_len`, which leaves a hole): most appends then land on
+/// blocks the file system has already allocated, and fdatasync has only
+/// data to write, no block allocation or size change in the inode. On ext4,
+/// an 85 KB append (one 1,000-pair batch) + fdatasync measured 120-124 us
+/// over written zeros against 221-223 us into a hole and 222-225 us past
+/// the end; an 80-byte one, 85-93 us against 82-91 us and 120-136 us (a
+/// hole only costs when a write needs new blocks, so a 4 KiB block of small
+/// commits paid for it once). The zeros are written back by the next
+/// commit's fdatasync, once per step (about 2 ms of device time for 4 MiB).
+/// A crash can leave zeros after the data; readers stop at the first invalid
+/// record, as at any torn tail, and a clean close trims them.
+const SIZE_STEP: u64 = 4 << 20;
+
+/// Zeros for extending a file (see `SIZE_STEP`).
+static ZEROS: [u8; 1 << 20] = [0; 1 << 20];
 
 /// A bulk segment's appends are written back to the device in steps of this
 /// many bytes, each waited for before the next is started (see
@@ -402,7 +410,7 @@ struct LocalWriter {
     file: File,
     name: String,
     len: u64,
-    /// The file's size: `len` plus the sparse tail not yet written.
+    /// The file's size: `len` plus the tail of zeros written ahead.
     sized: u64,
     /// For a bulk segment: appended bytes are written back (not synced) in
     /// steps of this many, each waited for, as they accumulate. Otherwise
@@ -496,9 +504,14 @@ impl SegmentWriter for LocalWriter {
         // bulk segment, synced once per checkpoint, has no use for a tail.
         if end > self.sized && self.len > 0 && self.writeback.is_none() {
             let sized = end.next_multiple_of(SIZE_STEP);
-            self.file
-                .set_len(sized)
-                .map_err(|e| IoError::new("extend", &self.name, e))?;
+            let mut at = end;
+            while at < sized {
+                let n = (sized - at).min(ZEROS.len() as u64);
+                self.file
+                    .write_all_at(&ZEROS[..n as usize], at)
+                    .map_err(|e| IoError::new("extend", &self.name, e))?;
+                at += n;
+            }
             self.sized = sized;
         }
         self.file
@@ -527,7 +540,7 @@ impl SegmentWriter for LocalWriter {
 
 impl Drop for LocalWriter {
     fn drop(&mut self) {
-        // Trim the sparse tail. If this fails, or never runs (a crash), the
+        // Trim the tail of zeros. If this fails, or never runs (a crash), the
         // zeros stay and read as the end of the data.
         if self.sized > self.len && self.file.set_len(self.len).is_ok() {
             let _ = self.file.sync_data();
@@ -560,6 +573,7 @@ impl SegmentReader for LocalReader {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::MetadataExt;
 
     #[test]
     fn segments_round_trip_and_are_listed_in_order() {
@@ -576,8 +590,16 @@ mod tests {
         let mut buf = [0u8; 5];
         r.read_at(6, &mut buf).unwrap();
         assert_eq!(&buf, b"world");
-        // While the writer is open the file has a sparse tail of zeros...
+        // While the writer is open the file has a tail of zeros, written
+        // (blocks allocated, not a hole: see SIZE_STEP)...
         assert_eq!(r.size().unwrap(), SIZE_STEP);
+        let blocks = std::fs::metadata(tmp.path().join(segment_file_name(7)))
+            .unwrap()
+            .blocks();
+        assert!(
+            blocks * 512 >= SIZE_STEP,
+            "the tail is a hole: {blocks} blocks"
+        );
         r.read_at(8, &mut buf).unwrap();
         assert_eq!(&buf, b"rld\0\0");
         // ...which closing the writer trims.
