@@ -374,10 +374,11 @@ impl Storage for LocalDir {
 /// data to write, no block allocation or size change in the inode. On ext4,
 /// an 85 KB append (one 1,000-pair batch) + fdatasync measured 120-124 us
 /// over written zeros against 221-223 us into a hole and 222-225 us past
-/// the end; an 80-byte one, 85-93 us against 82-91 us and 120-136 us (a
+/// the end; a 100-byte one, 85-93 us against 82-91 us and 120-136 us (a
 /// hole only costs when a write needs new blocks, so a 4 KiB block of small
-/// commits paid for it once). The zeros are written back by the next
-/// commit's fdatasync, once per step (about 2 ms of device time for 4 MiB).
+/// commits paid for it once); `bench/fdatasync_tail.py` measures it. The
+/// zeros are written back by the fdatasync of the commit whose append
+/// crosses into a new step (about 2 ms of device time for 4 MiB).
 /// A crash can leave zeros after the data; readers stop at the first invalid
 /// record, as at any torn tail, and a clean close trims them.
 const SIZE_STEP: u64 = 4 << 20;
