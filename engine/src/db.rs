@@ -818,16 +818,9 @@ impl Inner {
             parallel: !background,
             ..self.tree_cfg
         };
-        let a = base.buffer.with_newest(|newest| {
-            let ops: Vec<OpRef<'_>> = newest
-                .iter()
-                .map(|w| match w.value() {
-                    Some(v) => OpRef::Put(w.key(), v),
-                    None => OpRef::Delete(w.key()),
-                })
-                .collect();
-            apply(&self.pager, &cfg, base.root.as_ref(), &ops)
-        })?;
+        let a = base
+            .buffer
+            .with_newest(|ops| apply(&self.pager, &cfg, base.root.as_ref(), ops))?;
         let pairs = (base.pairs as i64 + a.pairs_delta) as u64;
         let next = Arc::new(Version {
             epoch: base.epoch.clone(),

@@ -30,6 +30,7 @@
 
 use crossbeam_epoch::{self as epoch, Guard};
 use crossbeam_skiplist::base::SkipList;
+use kivi_log::OpRef;
 // Keys' first eight bytes, big-endian and zero-padded, as the tree's leaves
 // keep them: heads order as the keys do, so most comparisons never reach
 // the key's own bytes (comparing whole keys took a fifth of random updates).
@@ -170,20 +171,6 @@ const TREE_ABSENT: u8 = 1;
 const TREE_PRESENT: u8 = 2;
 
 type Entry<'a, 'g> = crossbeam_skiplist::base::Entry<'a, 'g, Write, AtomicU8>;
-
-/// A key's newest write, lent by the buffer (see `WriteBuffer::with_newest`).
-pub(crate) struct Newest<'a, 'g>(Entry<'a, 'g>);
-
-impl Newest<'_, '_> {
-    pub fn key(&self) -> &[u8] {
-        self.0.key().key()
-    }
-
-    /// `None` for a delete.
-    pub fn value(&self) -> Option<&[u8]> {
-        self.0.key().value()
-    }
-}
 
 /// What the buffer says about a key as of a version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -451,18 +438,20 @@ impl WriteBuffer {
     /// only writer, so the newest write is its own. The writes are lent, not
     /// copied (the merge used to copy each key and value into allocations
     /// of its own).
-    pub fn with_newest<R>(&self, f: impl FnOnce(&[Newest<'_, '_>]) -> R) -> R {
+    pub fn with_newest<R>(&self, f: impl FnOnce(&[OpRef<'_>]) -> R) -> R {
         let guard = &epoch::pin();
-        let mut out: Vec<Newest<'_, '_>> = Vec::with_capacity(self.keys());
+        let mut out: Vec<OpRef<'_>> = Vec::with_capacity(self.keys());
+        let mut last: Option<&Write> = None;
         for entry in self.map.iter(guard) {
             let write = entry.key();
-            if out
-                .last()
-                .is_some_and(|l| l.0.key().head == write.head && l.0.key().key() == write.key())
-            {
+            if last.is_some_and(|l| l.head == write.head && l.key() == write.key()) {
                 continue; // an older write of the key just taken
             }
-            out.push(Newest(entry));
+            out.push(match write.value() {
+                Some(v) => OpRef::Put(write.key(), v),
+                None => OpRef::Delete(write.key()),
+            });
+            last = Some(write);
         }
         f(&out)
     }
@@ -791,7 +780,10 @@ mod tests {
             let newest: Vec<BufferedPair> = b.with_newest(|newest| {
                 newest
                     .iter()
-                    .map(|w| (w.key().to_vec(), w.value().map(<[u8]>::to_vec)))
+                    .map(|op| match *op {
+                        OpRef::Put(k, v) => (k.to_vec(), Some(v.to_vec())),
+                        OpRef::Delete(k) => (k.to_vec(), None),
+                    })
                     .collect()
             });
             let last: Vec<BufferedPair> = models.last().unwrap().iter().map(|(k, v)| (k.clone(), v.clone())).collect();
