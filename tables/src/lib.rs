@@ -18,6 +18,7 @@
 //! Format: `shared/specs/sparkey-format.md`; kivi's additions: ARCHITECTURE.md.
 
 mod block;
+mod chunk_writer;
 mod error;
 mod fsutil;
 pub mod hash;

@@ -18,7 +18,7 @@
 
 use crate::error::{Error, Result};
 use crate::hash::HashSize;
-use crate::header::{IndexHeader, LogHeader, INDEX_HEADER_LEN, LOG_HEADER_LEN};
+use crate::header::{Compression, IndexHeader, LogHeader, INDEX_HEADER_LEN, LOG_HEADER_LEN};
 use crate::index_build::read_le;
 use crate::log::{EntryKind, LogCursor, LogData};
 use crate::prefetch::prefetch;
@@ -253,6 +253,11 @@ impl Table {
     }
 
     fn get_hashed(&self, key: &[u8], hash: u64) -> Result<Option<Cow<'_, [u8]>>> {
+        if self.log_header.compression == Compression::None
+            && self.index_header.entry_block_bits == 0
+        {
+            return self.get_plain(key, hash);
+        }
         let log = self.log_data();
         let bits = self.index_header.entry_block_bits;
         let mut found = None;
@@ -274,6 +279,57 @@ impl Table {
         Ok(found)
     }
 
+    /// `get` in an uncompressed log, where addresses are byte offsets.
+    ///
+    /// The same probe and the same answers as the general path, written
+    /// for what a random get over a large table costs: two cache misses
+    /// (its slot, then its entry) that it cannot overlap with each other.
+    /// It can overlap them with the *next* get's, but only if the CPU's
+    /// reorder window reaches the next get's slot load while this get
+    /// waits, so the common case (a short PUT whose key matches) takes as
+    /// few instructions as possible and anything else falls back to the
+    /// full parser, which also produces the errors. Measured with
+    /// `examples/get_probe.rs` at 10M pairs, random gets in a tight loop:
+    /// 207-216 ns a get here against 297-335 ns through the general path
+    /// (and 12.7 against 20 ns for one key over and over).
+    fn get_plain(&self, key: &[u8], hash: u64) -> Result<Option<Cow<'_, [u8]>>> {
+        let cap = self.index_header.hash_capacity;
+        let mut s = hash % cap;
+        for disp in 0..cap {
+            let (h2, a2) = self.slot(s);
+            if a2 == 0 {
+                return Ok(None);
+            }
+            if h2 == hash {
+                match short_put_at(&self.log_map, a2) {
+                    Some((k, v)) => {
+                        if k == key {
+                            return Ok(Some(Cow::Borrowed(v)));
+                        }
+                    }
+                    None => {
+                        let e = self.log_data().entry_at(a2, 0)?;
+                        if e.kind == EntryKind::Delete {
+                            return Err(Error::corrupt(
+                                &self.index_path,
+                                a2,
+                                "index slot points at a DELETE entry",
+                            ));
+                        }
+                        if e.key.as_ref() == key {
+                            return Ok(Some(e.value));
+                        }
+                    }
+                }
+            }
+            if disp > displacement(s, h2, cap) {
+                return Ok(None);
+            }
+            s = if s + 1 == cap { 0 } else { s + 1 };
+        }
+        Ok(None)
+    }
+
     /// Whether the entry at `addr` with stored hash `hash` is live: its
     /// key's slot points at exactly it.
     pub(crate) fn is_live(&self, hash: u64, addr: u64) -> Result<bool> {
@@ -290,6 +346,26 @@ impl Table {
 
     pub fn hash_size(&self) -> HashSize {
         self.index_header.hash_size
+    }
+}
+
+/// The key and value of the PUT at byte `addr` of an uncompressed log
+/// when both lengths fit one VLQ byte and the whole entry lies in the
+/// data; `None` for anything else (the caller's full parser decides).
+#[inline(always)]
+fn short_put_at(log: &[u8], addr: u64) -> Option<(&[u8], &[u8])> {
+    let at = usize::try_from(addr).ok()?;
+    if at < LOG_HEADER_LEN {
+        return None;
+    }
+    match log.get(at..)? {
+        [a @ 1..=0x7f, b @ 0..=0x7f, rest @ ..] => {
+            let (k, v) = (usize::from(a - 1), usize::from(*b));
+            let key = rest.get(..k)?;
+            let value = rest.get(k..k + v)?;
+            Some((key, value))
+        }
+        _ => None,
     }
 }
 

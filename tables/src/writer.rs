@@ -7,6 +7,7 @@
 //! it gets "file identifier mismatch", never wrong data.
 
 use crate::block;
+use crate::chunk_writer::ChunkWriter;
 use crate::error::{Error, Result};
 use crate::fsutil::{self, TempGuard};
 use crate::header::{Compression, IndexHeader, LogHeader, LOG_HEADER_LEN};
@@ -17,8 +18,8 @@ use crate::limits::{
 use crate::reader::{strip_ext, table_paths, Table};
 use crate::sidecar;
 use crate::vlq;
-use std::fs::{File, OpenOptions};
-use std::io::{BufWriter, Seek, SeekFrom, Write};
+use std::fs::OpenOptions;
+use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 /// How to write a table.
@@ -56,7 +57,7 @@ pub struct TableWriter {
     base: PathBuf,
     opts: WriterOptions,
     guard: TempGuard,
-    out: BufWriter<File>,
+    out: ChunkWriter,
     header: LogHeader,
     /// The compression block being filled.
     block: Vec<u8>,
@@ -88,8 +89,9 @@ impl TableWriter {
         let header = LogHeader::new(rand::random(), opts.compression, opts.block_size);
         let compressor = block::BlockCompressor::new(opts.compression)
             .map_err(|e| Error::io(&tmp, "start compressor", e))?;
-        // sparkey's writer buffers 1 MiB too.
-        let mut out = BufWriter::with_capacity(1 << 20, f);
+        // Whole aligned 2 MiB writes, so readers can map the log with huge
+        // pages (see chunk_writer.rs).
+        let mut out = ChunkWriter::new(f);
         out.write_all(&header.to_bytes())
             .map_err(|e| Error::io(&tmp, "write", e))?;
         Ok(TableWriter {
@@ -215,7 +217,7 @@ impl TableWriter {
         let mut f = self
             .out
             .into_inner()
-            .map_err(|e| Error::io(&tmp_log, "write", e.into_error()))?;
+            .map_err(|e| Error::io(&tmp_log, "write", e))?;
         f.seek(SeekFrom::Start(0))
             .map_err(|e| Error::io(&tmp_log, "seek", e))?;
         f.write_all(&self.header.to_bytes())

@@ -128,3 +128,55 @@ proptest! {
         exercise(&base);
     }
 }
+
+/// An uncompressed table's index slot redirected at a DELETE entry, into
+/// the header, past the data or into the middle of an entry: the get of
+/// that key is a corruption error (or, mid-entry, simply not the key),
+/// never another key's value and never a panic.
+#[test]
+fn a_slot_pointing_anywhere_but_a_put_is_an_error_not_data() {
+    use kivi_tables::{TableWriter, WriterOptions, INDEX_HEADER_LEN};
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().join("t");
+    let mut w = TableWriter::create(&base, WriterOptions::default()).unwrap();
+    w.put(b"a", b"alpha").unwrap(); // at offset 84, 8 bytes
+    w.put(b"long", &[7u8; 300]).unwrap(); // at 92; a 2-byte VLQ value length
+    w.delete(b"gone").unwrap(); // at 92 + 1 + 2 + 4 + 300 = 399
+    w.finish().unwrap();
+    let spi = base.with_extension("spi");
+    let orig = std::fs::read(&spi).unwrap();
+    {
+        let t = Table::open(&base).unwrap();
+        assert_eq!(t.index_header().hash_size.bytes(), 4, "small tables hash to 4 bytes");
+        assert_eq!(t.get(b"a").unwrap().as_deref(), Some(&b"alpha"[..]));
+        assert_eq!(t.get(b"long").unwrap().as_deref(), Some(&[7u8; 300][..]));
+    }
+    // The slot of "a": 4-byte hash, then its 4-byte address 84.
+    let slot_of_a = (INDEX_HEADER_LEN..orig.len())
+        .step_by(8)
+        .find(|&at| orig[at + 4..at + 8] == 84u32.to_le_bytes())
+        .expect("a's slot");
+    let log_len = std::fs::metadata(base.with_extension("spl")).unwrap().len() as u32;
+    for (addr, what) in [
+        (399u32, "DELETE"),
+        (10, "outside"),
+        (log_len + 5, "outside"),
+        (log_len - 1, "corrupt"),
+    ] {
+        let mut b = orig.clone();
+        b[slot_of_a + 4..slot_of_a + 8].copy_from_slice(&addr.to_le_bytes());
+        std::fs::write(&spi, &b).unwrap();
+        let t = Table::open(&base).unwrap();
+        let err = t.get(b"a").expect_err(what).to_string();
+        assert!(err.contains(what), "address {addr}: {err}");
+        let many = t.get_many(&[&b"a"[..]]);
+        assert!(many.is_err(), "get_many agrees with get at {addr}");
+    }
+    // Into the middle of the long value: bytes of 7s parse as a PUT whose
+    // key is not "a", so "a" is absent, not answered with those bytes.
+    let mut b = orig.clone();
+    b[slot_of_a + 4..slot_of_a + 8].copy_from_slice(&200u32.to_le_bytes());
+    std::fs::write(&spi, &b).unwrap();
+    let t = Table::open(&base).unwrap();
+    assert_eq!(t.get(b"a").unwrap(), None);
+}
