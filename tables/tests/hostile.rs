@@ -147,7 +147,11 @@ fn a_slot_pointing_anywhere_but_a_put_is_an_error_not_data() {
     let orig = std::fs::read(&spi).unwrap();
     {
         let t = Table::open(&base).unwrap();
-        assert_eq!(t.index_header().hash_size.bytes(), 4, "small tables hash to 4 bytes");
+        assert_eq!(
+            t.index_header().hash_size.bytes(),
+            4,
+            "small tables hash to 4 bytes"
+        );
         assert_eq!(t.get(b"a").unwrap().as_deref(), Some(&b"alpha"[..]));
         assert_eq!(t.get(b"long").unwrap().as_deref(), Some(&[7u8; 300][..]));
     }

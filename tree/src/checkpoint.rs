@@ -207,7 +207,7 @@ impl TreeWriter<'_> {
                         _ => None,
                     };
                     let child = match cref {
-                        ChildRef::Mem(child) => match stand_in {
+                        ChildRef::Mem(child, _) => match stand_in {
                             Some(d) if child.written.get(self.valid).is_none() => {
                                 self.out.kept += 1;
                                 d
@@ -445,7 +445,7 @@ fn release_children(pager: &Pager, root: &Arc<Node>, moved: &TreeWrite) -> Optio
     let mut children: Option<Vec<ChildRef>> = None;
     for i in 0..n {
         let child = match root.child_ref(i) {
-            ChildRef::Mem(child) => child,
+            ChildRef::Mem(child, _) => child,
             ChildRef::Disk(d) => {
                 // A page the cleaner copied: from now on, read the copy.
                 if let Some(new) = moved.pages.get(&d.page.addr.as_u64()) {
@@ -478,7 +478,7 @@ fn release_children(pager: &Pager, root: &Arc<Node>, moved: &TreeWrite) -> Optio
                     .is_none_or(|(b, _)| matches!(b, LeafBase::Mem(_)));
                 if holds_base && pager.try_make_resident(node) {
                     match released {
-                        Some(c) => ChildRef::Mem(c),
+                        Some(c) => ChildRef::in_memory(c),
                         None => continue,
                     }
                 } else {
@@ -491,7 +491,7 @@ fn release_children(pager: &Pager, root: &Arc<Node>, moved: &TreeWrite) -> Optio
             None => match release_children(pager, child, moved)
                 .or_else(|| rebase(pager, child, moved))
             {
-                Some(c) => ChildRef::Mem(c),
+                Some(c) => ChildRef::in_memory(c),
                 None => continue,
             },
         };
@@ -566,7 +566,7 @@ pub fn root_children(pager: &Pager, root: &Node) -> Vec<(Option<Vec<u8>>, Option
             let low = (i > 0).then(|| base.sep(i - 1).to_vec());
             let page = match root.child_ref(i) {
                 ChildRef::Disk(d) => Some(*d),
-                ChildRef::Mem(child) => pager.durable_page(child),
+                ChildRef::Mem(child, _) => pager.durable_page(child),
             };
             (low, page)
         })

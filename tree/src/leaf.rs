@@ -398,6 +398,13 @@ impl LeafData {
         }
     }
 
+    /// Where the leaf's index (summary, heads and slots, contiguous from the
+    /// start of its buffer) lies in memory, and its length in bytes.
+    pub(crate) fn index_span(&self) -> (*const u8, usize) {
+        let end = self.layout().slots + 2 * self.n as usize;
+        (self.buf.as_ptr().cast(), end.min(self.buf.len()) * 8)
+    }
+
     /// Asks the CPU to start fetching the leaf's index (summary, heads and
     /// slots, about 1.3 KiB for a full 4 KiB leaf of 80-byte pairs), which a
     /// lookup otherwise reads as three dependent cache misses, one after

@@ -360,7 +360,7 @@ impl Pager {
     #[inline]
     pub fn resolve(&self, child: &ChildRef, level: u8) -> Result<Arc<Node>, Error> {
         match child {
-            ChildRef::Mem(node) => Ok(node.clone()),
+            ChildRef::Mem(node, _) => Ok(node.clone()),
             ChildRef::Disk(at) => self.load(*at, level),
         }
     }

@@ -31,7 +31,10 @@ fn get_in(pager: &Pager, node: &Node, key: &[u8], out: &mut Vec<u8>) -> Result<b
         Body::Internal { base, .. } => {
             let i = base.child_index(key);
             match node.child_ref(i) {
-                ChildRef::Mem(child) => get_in(pager, child, key, out),
+                ChildRef::Mem(child, hint) => {
+                    hint.prefetch();
+                    get_in(pager, child, key, out)
+                }
                 ChildRef::Disk(at) => {
                     let child = pager.load(*at, node.level() - 1)?;
                     get_in(pager, &child, key, out)
@@ -79,7 +82,7 @@ fn keys_in_leaf(pager: &Pager, node: &Node, keys: &[&[u8]], key: &[u8]) -> Resul
             let end = keys.partition_point(|k| base.child_index(k) <= i);
             let keys = &keys[start..end];
             match node.child_ref(i) {
-                ChildRef::Mem(child) => keys_in_leaf(pager, child, keys, key),
+                ChildRef::Mem(child, _) => keys_in_leaf(pager, child, keys, key),
                 ChildRef::Disk(at) => {
                     let child = pager.load(*at, node.level() - 1)?;
                     keys_in_leaf(pager, &child, keys, key)
@@ -295,7 +298,7 @@ impl Cursor {
         };
         let mem_child = |j: Option<usize>| match j {
             Some(j) if j < parent.children_len() => match parent.child_ref(j) {
-                ChildRef::Mem(n) => Some(n),
+                ChildRef::Mem(n, _) => Some(n),
                 ChildRef::Disk(_) => None,
             },
             _ => None,
