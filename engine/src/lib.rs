@@ -24,6 +24,7 @@ mod error;
 mod identity;
 mod iter;
 pub mod limits;
+mod machine_memory;
 mod options;
 mod page_log;
 mod pipeline;
@@ -39,7 +40,7 @@ pub use error::{Error, Result};
 pub use iter::{Iter, Scan, Snapshot};
 /// Sealed tables: sparkey-compatible immutable hash tables (the `kivi-tables` crate).
 pub use kivi_tables as table;
-pub use options::{Durability, Options};
+pub use options::{default_cache_bytes, Durability, Options, MIN_DEFAULT_CACHE_BYTES};
 pub use pipeline::WriteOutcome;
 pub use stats::Stats;
 
