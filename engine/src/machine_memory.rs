@@ -30,23 +30,42 @@ fn physical() -> Option<u64> {
     (pages > 0 && page_size > 0).then(|| (pages as u64).saturating_mul(page_size as u64))
 }
 
-/// The memory limit of this process's cgroup, if it has one.
+/// The memory limit of this process's cgroup or of any cgroup above it,
+/// if there is one.
 fn cgroup_limit() -> Option<u64> {
     let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    cgroup_limit_in(&own, Path::new("/sys/fs/cgroup"))
+}
+
+/// `cgroup_limit` for a `/proc/self/cgroup` text and a cgroup mount point.
+fn cgroup_limit_in(own: &str, mount: &Path) -> Option<u64> {
+    let v1_memory = mount.join("memory");
     for line in own.lines() {
         // "0::/path" (v2) or "N:memory:/path" (v1).
         let mut parts = line.splitn(3, ':');
         let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
         let path = path.trim_start_matches('/');
         let (root, file) = if controllers.is_empty() {
-            ("/sys/fs/cgroup", "memory.max")
+            (mount, "memory.max")
         } else if controllers.split(',').any(|c| c == "memory") {
-            ("/sys/fs/cgroup/memory", "memory.limit_in_bytes")
+            (v1_memory.as_path(), "memory.limit_in_bytes")
         } else {
             continue;
         };
-        if let Some(l) = limit_file(&Path::new(root).join(path).join(file)) {
-            return Some(l);
+        // A limit set on an ancestor binds too: take the least on the way
+        // up from this cgroup to the root.
+        let mut dir = root.join(path);
+        let mut least: Option<u64> = None;
+        loop {
+            if let Some(l) = limit_file(&dir.join(file)) {
+                least = Some(least.map_or(l, |m| m.min(l)));
+            }
+            if dir == root || !dir.pop() {
+                break;
+            }
+        }
+        if least.is_some() {
+            return least;
         }
     }
     None
@@ -73,6 +92,28 @@ mod tests {
         assert_eq!(parse_limit("max\n"), None);
         assert_eq!(parse_limit("9223372036854771712\n"), None, "v1: no limit");
         assert_eq!(parse_limit("0"), None);
+    }
+
+    #[test]
+    fn the_least_limit_on_the_way_up_binds() {
+        let mount = tempfile::tempdir().expect("temp dir");
+        let m = mount.path();
+        let write = |rel: &str, text: &str| {
+            let p = m.join(rel);
+            std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+            std::fs::write(p, text).expect("write");
+        };
+        // v2: the leaf says "max", its parent 1 GiB, the root nothing.
+        write("a/memory.max", "1073741824\n");
+        write("a/b/memory.max", "max\n");
+        assert_eq!(cgroup_limit_in("0::/a/b\n", m), Some(1 << 30));
+        // v1 memory controller, the leaf's own limit the lower one.
+        write("memory/x/memory.limit_in_bytes", "9223372036854771712\n");
+        write("memory/x/y/memory.limit_in_bytes", "536870912\n");
+        assert_eq!(cgroup_limit_in("4:memory:/x/y\n0::/\n", m), Some(512 << 20));
+        // No limit anywhere.
+        assert_eq!(cgroup_limit_in("0::/d/e\n", m), None);
+        assert_eq!(cgroup_limit_in("3:cpu:/z\n", m), None);
     }
 
     #[test]
