@@ -64,7 +64,7 @@ pub fn sparkey_figures(c: Compression, n: u64) -> (Option<f64>, Option<f64>) {
 }
 
 /// Writes `key_<i>` into `buf` (as sparkey's benchmark: `sprintf("key_%d")`).
-fn numbered(buf: &mut Vec<u8>, prefix: &[u8], i: u64) {
+pub fn numbered(buf: &mut Vec<u8>, prefix: &[u8], i: u64) {
     // Digits by hand: `write!` formatting costs more than the table's put.
     let mut digits = [0u8; 20];
     let mut at = digits.len();

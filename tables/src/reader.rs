@@ -293,7 +293,7 @@ impl Table {
     /// waits, so the common case (a short PUT whose key matches) takes as
     /// few instructions as possible and anything else falls back to the
     /// full parser, which also produces the errors. Measured with
-    /// `examples/get_probe.rs` at 10M pairs, random gets in a tight loop:
+    /// `bench/examples/get_probe.rs` at 10M pairs, random gets in a tight loop:
     /// 207-216 ns a get here against 297-335 ns through the general path
     /// (and 12.7 against 20 ns for one key over and over). The saving is in
     /// reading the entry in place, not in the probe loop: this step inside

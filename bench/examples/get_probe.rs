@@ -1,35 +1,12 @@
 //! Where a single uncompressed get's time goes: random gets as the tables
 //! benchmark makes them, against the same key over and over (no cache
 //! misses: the work around the misses alone).
-//! `cargo run --release -p kivi-tables --example get_probe -- DIR N [LOOKUPS]`
+//! `cargo run --release -p kivi-bench --example get_probe -- DIR N [LOOKUPS]`
 
-use kivi_tables::{Table, TableWriter, WriterOptions};
+use kivi::table::{Table, TableWriter, WriterOptions};
+use kivi_bench::kv40::mix;
+use kivi_bench::tables::numbered;
 use std::time::Instant;
-
-fn mix(mut x: u64) -> u64 {
-    x ^= x >> 33;
-    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    x ^= x >> 33;
-    x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-    x ^ (x >> 33)
-}
-
-fn numbered(buf: &mut Vec<u8>, prefix: &[u8], i: u64) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    let mut v = i;
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    buf.clear();
-    buf.extend_from_slice(prefix);
-    buf.extend_from_slice(&digits[at..]);
-}
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
