@@ -670,14 +670,14 @@ impl Inner {
                 }
             }
             None => {
-                if buffered {
-                    base.buffer.insert_group(&ops, seq);
-                }
                 let mut next = Version {
                     visible_seq: seq.max(base.visible_seq),
                     visible_log_bytes,
                     ..(*base).clone()
                 };
+                if buffered {
+                    next.buffer = Arc::new(base.buffer.with_group(&ops));
+                }
                 if next.buffer.is_empty() {
                     next.log_bytes = visible_log_bytes;
                 }
@@ -744,7 +744,7 @@ impl Inner {
 
     /// Reads `key` as of version `v`: the write buffer, then the tree.
     pub(crate) fn read(&self, v: &Version, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
-        match v.buffer.get_into(key, v.visible_seq, out) {
+        match v.buffer.get_into(key, out) {
             Lookup::Found => Ok(true),
             Lookup::Deleted => Ok(false),
             Lookup::NotHere => match &v.root {
@@ -765,11 +765,10 @@ impl Inner {
             return Ok(0);
         }
         let mut buf = Vec::new();
-        v.buffer
-            .pairs_delta(v.visible_seq, &mut |key| match &v.root {
-                None => Ok(false),
-                Some(root) => get_into(&self.pager, root, key, &mut buf).map_err(Error::from),
-            })
+        v.buffer.pairs_delta(&mut |key| match &v.root {
+            None => Ok(false),
+            Some(root) => get_into(&self.pager, root, key, &mut buf).map_err(Error::from),
+        })
     }
 
     /// The memory the write buffer may hold before it is merged: half the

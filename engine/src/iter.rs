@@ -431,7 +431,6 @@ impl Scan {
             low,
             high,
             self.forward,
-            self.held.version.visible_seq,
             BUFFER_CHUNK,
             &mut self.buffered,
         );

@@ -28,8 +28,9 @@ pub(crate) struct Version {
     /// was opened (plus those replayed at open): the redo a checkpoint of
     /// it retires.
     pub log_bytes: u64,
-    /// Commits after `seq`, shared with the versions published since the
-    /// tree last changed; this version sees its links up to `visible_seq`.
+    /// The commits after `seq`, up to `visible_seq`: exactly those (a
+    /// buffer never changes; the next commit makes a new one sharing most
+    /// of it).
     pub buffer: Arc<WriteBuffer>,
     /// Sequence number of the last commit this version includes.
     pub visible_seq: u64,
@@ -59,7 +60,7 @@ impl std::fmt::Debug for Version {
             .field("seq", &self.seq)
             .field("pairs", &self.pairs)
             .field("visible_seq", &self.visible_seq)
-            .field("buffered_keys", &self.buffer.keys())
+            .field("buffered_writes", &self.buffer.writes())
             .finish()
     }
 }

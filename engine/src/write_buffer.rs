@@ -9,170 +9,397 @@
 //! once for the many updates it has gathered (`update_probe`: 6.7 us of CPU
 //! per update with 1,000-update merges, 2.1 with 200,000).
 //!
-//! Every write is one entry, ordered by key and then newest first, tagged
-//! with the sequence number of the commit that wrote it (as in LevelDB's
-//! memtable). The group-commit leader is the only writer and inserts a
-//! commit's operations after its record is durable and before the version
-//! that includes it is published, so a reader holding version `seq` sees,
-//! for each key, the newest entry with a sequence number up to `seq`, and
-//! never one of a commit that failed. A buffer is never emptied: merging it
-//! into the tree starts a new one, and versions published before the merge
-//! keep the old one (and the old tree) alive.
+//! Shape: a short stack of sorted *runs*, each immutable. A commit's
+//! operations arrive sorted by key, one per key, so they become a run as
+//! they are: an array of entries and one block holding their bytes. A new
+//! run is merged with the run below it while that one is no longer (a
+//! binary counter: after k commits of about the same size there are at most
+//! log2(k) + 1 runs, and each write has been copied about log2(k) times, in
+//! sequential passes). A lookup binary-searches the runs, newest first; a
+//! walk (a scan, a merge into the tree) merges them, the newest run's write
+//! of a key hiding the older ones.
 //!
-//! The skiplist is crossbeam's: readers search it while the leader
-//! inserts, without locks. Its base interface is used, with one epoch pin
-//! per call (a lookup, a group's inserts, a scan's chunk, a merge), not the
-//! map's reference-counted entries, which pinned and counted at every step
-//! of a walk. An entry is two allocations, the skiplist's node
-//! and one holding the key and value bytes: a walk over the buffer (a scan,
-//! a merge) meets two cache misses per write, not the four of a key with a
-//! separate chain of values.
+//! The buffer itself is a value: adding a commit makes a new buffer that
+//! shares the unchanged runs (a vector of a few `Arc`s), and the version
+//! published with that commit holds it. So every version holds exactly the
+//! commits it sees: nothing is filtered by sequence number, readers take no
+//! lock, and a snapshot costs nothing. The group-commit leader is the only
+//! writer and builds the new buffer after the commit's record is durable,
+//! so no reader ever sees a commit that failed.
+//!
+//! Why not a skiplist (the buffer was crossbeam's until this design): every
+//! insert searched from the top, a few cache misses per level of a list of
+//! ~200,000 entries; in `update_probe` that search was the largest single
+//! cost of random updates (20% of all samples, on the committing thread).
+//! Here a commit's writes are copied once into their run and then moved in
+//! sequential merges. See docs/benchmarks.md, "Sorted runs instead of a
+//! skiplist".
 
-use crossbeam_epoch::{self as epoch, Guard};
-use crossbeam_skiplist::base::SkipList;
 use kivi_log::OpRef;
 // Keys' first eight bytes, big-endian and zero-padded, as the tree's leaves
 // keep them: heads order as the keys do, so most comparisons never reach
-// the key's own bytes (comparing whole keys took a fifth of random updates).
+// the key's own bytes.
 use kivi_tree::key_head as head_of;
-use std::borrow::Borrow;
 use std::cmp::Ordering as KeyOrder;
 use std::ops::Bound;
-use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
 
-/// Memory an entry costs beyond its key and value bytes: the skiplist node
-/// with its tower and the allocators' rounding (an estimate; it only paces
-/// merges).
-const ENTRY_OVERHEAD: u64 = 96;
+/// Memory a write costs beyond its key and value bytes: its entry and its
+/// head (an estimate; it only paces merges into the tree).
+const ENTRY_OVERHEAD: u64 = (size_of::<Entry>() + size_of::<u64>()) as u64;
 
-/// One write of a key, as the skiplist holds it.
-struct Write {
-    head: u64,
-    seq: u64,
-    /// The key's bytes, then the value's.
-    bytes: Box<[u8]>,
-    key_len: u32,
-    delete: bool,
-}
+/// A merged run whose live key and value bytes are at most this is copied
+/// into one block of its own. Without it a stream of tiny commits (single
+/// puts) would leave runs pointing into one small block per commit.
+const COMPACT_BYTES: u64 = 64 << 10;
 
-impl Write {
-    fn key(&self) -> &[u8] {
-        &self.bytes[..self.key_len as usize]
-    }
-
-    /// `None` for a delete.
-    fn value(&self) -> Option<&[u8]> {
-        (!self.delete).then(|| &self.bytes[self.key_len as usize..])
-    }
-}
-
-/// A place in the buffer's order: a key and a sequence number. Implemented
-/// by the entries and by `Probe`, a borrowed key to search with, so that a
-/// lookup allocates nothing (crossbeam searches with `K: Borrow<Q>`).
-trait Place {
-    fn head(&self) -> u64;
-    fn key(&self) -> &[u8];
-    fn seq(&self) -> u64;
-}
-
-impl Place for Write {
-    fn head(&self) -> u64 {
-        self.head
-    }
-    fn key(&self) -> &[u8] {
-        Write::key(self)
-    }
-    fn seq(&self) -> u64 {
-        self.seq
-    }
-}
-
-struct Probe<'a> {
-    head: u64,
-    key: &'a [u8],
-    seq: u64,
-}
-
-impl<'a> Probe<'a> {
-    fn new(key: &'a [u8], seq: u64) -> Self {
-        Probe {
-            head: head_of(key),
-            key,
-            seq,
-        }
-    }
-}
-
-impl Place for Probe<'_> {
-    fn head(&self) -> u64 {
-        self.head
-    }
-    fn key(&self) -> &[u8] {
-        self.key
-    }
-    fn seq(&self) -> u64 {
-        self.seq
-    }
-}
-
-/// The order: by key bytes (the heads first), then newest first.
-#[inline]
-fn order(a: &(impl Place + ?Sized), b: &(impl Place + ?Sized)) -> KeyOrder {
-    a.head()
-        .cmp(&b.head())
-        .then_with(|| a.key().cmp(b.key()))
-        .then_with(|| b.seq().cmp(&a.seq()))
-}
-
-impl PartialEq for Write {
-    fn eq(&self, other: &Self) -> bool {
-        order(self, other).is_eq()
-    }
-}
-impl Eq for Write {}
-impl PartialOrd for Write {
-    fn partial_cmp(&self, other: &Self) -> Option<KeyOrder> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Write {
-    fn cmp(&self, other: &Self) -> KeyOrder {
-        order(self, other)
-    }
-}
-
-impl<'a> PartialEq for dyn Place + 'a {
-    fn eq(&self, other: &Self) -> bool {
-        order(self, other).is_eq()
-    }
-}
-impl<'a> Eq for dyn Place + 'a {}
-impl<'a> PartialOrd for dyn Place + 'a {
-    fn partial_cmp(&self, other: &Self) -> Option<KeyOrder> {
-        Some(self.cmp(other))
-    }
-}
-impl<'a> Ord for dyn Place + 'a {
-    fn cmp(&self, other: &Self) -> KeyOrder {
-        order(self, other)
-    }
-}
-impl<'a> Borrow<dyn Place + 'a> for Write {
-    fn borrow(&self) -> &(dyn Place + 'a) {
-        self
-    }
-}
+/// `Entry::value_len` of a delete.
+const DELETED: u32 = u32::MAX;
 
 /// Whether a buffered key is in the tree under the buffer; learned when
 /// the pairs are first counted (see `WriteBuffer::pairs_delta`) and kept on
-/// the entry that was visible then.
+/// the entries that were visible then.
 const TREE_UNKNOWN: u8 = 0;
 const TREE_ABSENT: u8 = 1;
 const TREE_PRESENT: u8 = 2;
 
-type Entry<'a, 'g> = crossbeam_skiplist::base::Entry<'a, 'g, Write, AtomicU8>;
+/// One write in a run. Its key's head is in the run's `heads`, at the same
+/// index; its key and value bytes lie one after the other in one of the
+/// run's blocks.
+struct Entry {
+    block: u32,
+    start: u32,
+    key_len: u32,
+    /// `DELETED` for a delete.
+    value_len: u32,
+    /// `TREE_UNKNOWN`, `TREE_ABSENT` or `TREE_PRESENT`.
+    tree: AtomicU8,
+}
 
-/// What the buffer says about a key as of a version.
+/// A commit's writes, or several commits' merged: sorted by key, one write
+/// per key. Never changed once built (but for the `tree` notes, which only
+/// record a fact).
+struct Run {
+    /// The entries' key heads, apart from the entries so that a binary
+    /// search touches eight bytes a step.
+    heads: Box<[u64]>,
+    entries: Box<[Entry]>,
+    blocks: Box<[Arc<[u8]>]>,
+    /// Key and value bytes of the entries (the blocks may hold more: writes
+    /// that newer ones replaced in a merge).
+    live_bytes: u64,
+}
+
+/// A length or an offset within a commit group, which is at most a batch
+/// of 64 MiB (limits.rs), or within a compacted block (`COMPACT_BYTES`).
+fn small(n: usize) -> u32 {
+    u32::try_from(n).expect("commit groups are far below 4 GiB (limits.rs)")
+}
+
+impl Run {
+    /// The run of one commit's operations (`None`: a delete), which are
+    /// sorted by key, one per key.
+    fn of_group(ops: &[(&[u8], Option<&[u8]>)]) -> Run {
+        let total: usize = ops
+            .iter()
+            .map(|(k, v)| k.len() + v.map_or(0, <[u8]>::len))
+            .sum();
+        let mut bytes = Vec::with_capacity(total);
+        let mut heads = Vec::with_capacity(ops.len());
+        let mut entries = Vec::with_capacity(ops.len());
+        for (i, &(key, value)) in ops.iter().enumerate() {
+            let head = head_of(key);
+            if i > 0 {
+                // Heads order as keys do: a cheap check of the caller's
+                // promise, and the whole of it in debug builds.
+                assert!(heads[i - 1] <= head, "a group's operations are sorted");
+                debug_assert!(ops[i - 1].0 < key, "sorted, one per key");
+            }
+            let start = small(bytes.len());
+            bytes.extend_from_slice(key);
+            if let Some(v) = value {
+                bytes.extend_from_slice(v);
+            }
+            heads.push(head);
+            entries.push(Entry {
+                block: 0,
+                start,
+                key_len: small(key.len()),
+                value_len: value.map_or(DELETED, |v| small(v.len())),
+                tree: AtomicU8::new(TREE_UNKNOWN),
+            });
+        }
+        debug_assert_eq!(bytes.len(), total);
+        Run {
+            heads: heads.into_boxed_slice(),
+            entries: entries.into_boxed_slice(),
+            blocks: Box::new([Arc::from(bytes)]),
+            live_bytes: total as u64,
+        }
+    }
+
+    /// `older` and `newer` as one run; where both write a key, `newer`'s
+    /// write is kept.
+    fn merge(older: &Run, newer: &Run) -> Run {
+        let capacity = older.len() + newer.len();
+        let mut heads = Vec::with_capacity(capacity);
+        let mut entries = Vec::with_capacity(capacity);
+        let shift = small(older.blocks.len());
+        let mut live_bytes = 0;
+        let (mut i, mut j) = (0, 0);
+        loop {
+            let order = match (i < older.len(), j < newer.len()) {
+                (true, true) => older.compare(i, newer.heads[j], newer.key(j)),
+                (true, false) => KeyOrder::Less,
+                (false, true) => KeyOrder::Greater,
+                (false, false) => break,
+            };
+            let (from, at, block_shift, tree) = match order {
+                KeyOrder::Less => {
+                    i += 1;
+                    (
+                        older,
+                        i - 1,
+                        0,
+                        older.entries[i - 1].tree.load(Ordering::Relaxed),
+                    )
+                }
+                KeyOrder::Greater => {
+                    j += 1;
+                    (
+                        newer,
+                        j - 1,
+                        shift,
+                        newer.entries[j - 1].tree.load(Ordering::Relaxed),
+                    )
+                }
+                KeyOrder::Equal => {
+                    // The same key, under the same tree: either note holds.
+                    let tree = newer.entries[j]
+                        .tree
+                        .load(Ordering::Relaxed)
+                        .max(older.entries[i].tree.load(Ordering::Relaxed));
+                    i += 1;
+                    j += 1;
+                    (newer, j - 1, shift, tree)
+                }
+            };
+            let e = &from.entries[at];
+            heads.push(from.heads[at]);
+            live_bytes += u64::from(e.key_len) + u64::from(e.value_len_or_zero());
+            entries.push(Entry {
+                block: e.block + block_shift,
+                start: e.start,
+                key_len: e.key_len,
+                value_len: e.value_len,
+                tree: AtomicU8::new(tree),
+            });
+        }
+        let blocks: Vec<Arc<[u8]>> = older
+            .blocks
+            .iter()
+            .chain(newer.blocks.iter())
+            .cloned()
+            .collect();
+        let mut run = Run {
+            heads: heads.into_boxed_slice(),
+            entries: entries.into_boxed_slice(),
+            blocks: blocks.into_boxed_slice(),
+            live_bytes,
+        };
+        if run.blocks.len() > 1 && live_bytes <= COMPACT_BYTES {
+            run.compact();
+        }
+        run
+    }
+
+    /// Copies the entries' bytes into one block of their own.
+    fn compact(&mut self) {
+        let mut bytes = Vec::with_capacity(self.live_bytes as usize);
+        for e in self.entries.iter_mut() {
+            let len = e.key_len as usize + e.value_len_or_zero() as usize;
+            let start = small(bytes.len());
+            bytes.extend_from_slice(&self.blocks[e.block as usize][e.start as usize..][..len]);
+            e.block = 0;
+            e.start = start;
+        }
+        debug_assert_eq!(bytes.len() as u64, self.live_bytes);
+        self.blocks = Box::new([Arc::from(bytes)]);
+    }
+
+    fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    fn key(&self, i: usize) -> &[u8] {
+        let e = &self.entries[i];
+        &self.blocks[e.block as usize][e.start as usize..][..e.key_len as usize]
+    }
+
+    /// `None` for a delete.
+    fn value(&self, i: usize) -> Option<&[u8]> {
+        let e = &self.entries[i];
+        if e.value_len == DELETED {
+            return None;
+        }
+        let at = e.start as usize + e.key_len as usize;
+        Some(&self.blocks[e.block as usize][at..at + e.value_len as usize])
+    }
+
+    /// Entry `i`'s key against `key` (whose head is `head`).
+    #[inline]
+    fn compare(&self, i: usize, head: u64, key: &[u8]) -> KeyOrder {
+        match self.heads[i].cmp(&head) {
+            KeyOrder::Equal => self.key(i).cmp(key),
+            o => o,
+        }
+    }
+
+    /// How many entries have keys below `key` (`and_equal`: at or below).
+    fn count_below(&self, key: &[u8], and_equal: bool) -> usize {
+        let head = head_of(key);
+        let (mut lo, mut hi) = (0, self.len());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            let below = match self.compare(mid, head, key) {
+                KeyOrder::Less => true,
+                KeyOrder::Equal => and_equal,
+                KeyOrder::Greater => false,
+            };
+            if below {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    }
+
+    /// The entry of `key`, if the run writes it.
+    fn find(&self, key: &[u8]) -> Option<usize> {
+        let i = self.count_below(key, false);
+        (i < self.len() && self.key(i) == key).then_some(i)
+    }
+
+    /// The entries within (`low`, `high`), as a range of indices.
+    fn within(&self, low: Bound<&[u8]>, high: Bound<&[u8]>) -> (usize, usize) {
+        let start = match low {
+            Bound::Included(k) => self.count_below(k, false),
+            Bound::Excluded(k) => self.count_below(k, true),
+            Bound::Unbounded => 0,
+        };
+        let end = match high {
+            Bound::Included(k) => self.count_below(k, true),
+            Bound::Excluded(k) => self.count_below(k, false),
+            Bound::Unbounded => self.len(),
+        };
+        (start, end.max(start))
+    }
+}
+
+impl Entry {
+    fn value_len_or_zero(&self) -> u32 {
+        if self.value_len == DELETED {
+            0
+        } else {
+            self.value_len
+        }
+    }
+}
+
+/// A walk over the runs' keys within a range, in key order or in reverse:
+/// for each key, the newest run's write.
+struct Walk<'a> {
+    runs: &'a [Arc<Run>],
+    /// Per run, the entries not visited yet: forward takes from the start,
+    /// backward from the end.
+    left: Vec<(usize, usize)>,
+    forward: bool,
+}
+
+/// A write a walk met: its run, its index there, and what any write of its
+/// key has learned about the tree under the buffer.
+struct Met<'a> {
+    run: &'a Run,
+    at: usize,
+    tree: u8,
+}
+
+impl<'a> Walk<'a> {
+    fn new(runs: &'a [Arc<Run>], low: Bound<&[u8]>, high: Bound<&[u8]>, forward: bool) -> Self {
+        Walk {
+            left: runs.iter().map(|r| r.within(low, high)).collect(),
+            runs,
+            forward,
+        }
+    }
+
+    /// The index run `r` would give next, if it has one left.
+    #[inline]
+    fn front(&self, r: usize) -> Option<usize> {
+        let (start, end) = self.left[r];
+        if start == end {
+            None
+        } else if self.forward {
+            Some(start)
+        } else {
+            Some(end - 1)
+        }
+    }
+
+    fn is_done(&self) -> bool {
+        self.left.iter().all(|(s, e)| s == e)
+    }
+
+    /// The next key's newest write.
+    fn next(&mut self) -> Option<Met<'a>> {
+        // The run whose next key comes first; on a tie the newest run (the
+        // runs are looked at newest first, and a tie does not replace).
+        let mut best: Option<(usize, usize)> = None;
+        for r in (0..self.runs.len()).rev() {
+            let Some(i) = self.front(r) else { continue };
+            best = match best {
+                None => Some((r, i)),
+                Some((b, bi)) => {
+                    let best_run = &self.runs[b];
+                    let order = self.runs[r].compare(i, best_run.heads[bi], best_run.key(bi));
+                    let first = if self.forward {
+                        order == KeyOrder::Less
+                    } else {
+                        order == KeyOrder::Greater
+                    };
+                    if first {
+                        Some((r, i))
+                    } else {
+                        Some((b, bi))
+                    }
+                }
+            };
+        }
+        let (b, bi) = best?;
+        let run: &'a Run = &self.runs[b];
+        let (head, key) = (run.heads[bi], run.key(bi));
+        let mut tree = TREE_UNKNOWN;
+        // Step past the key in every run that writes it.
+        for r in 0..self.runs.len() {
+            let Some(i) = self.front(r) else { continue };
+            let other = &self.runs[r];
+            if r == b || (other.heads[i] == head && other.key(i) == key) {
+                tree = tree.max(other.entries[i].tree.load(Ordering::Relaxed));
+                let (start, end) = &mut self.left[r];
+                if self.forward {
+                    *start += 1;
+                } else {
+                    *end -= 1;
+                }
+            }
+        }
+        Some(Met { run, at: bi, tree })
+    }
+}
+
+/// What the buffer says about a key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Lookup {
     /// Not written since the tree under the buffer: ask the tree.
@@ -213,19 +440,6 @@ impl Chunk {
         self.pairs.push((start, key_end, value_end));
     }
 
-    /// The key of the last pair pushed.
-    fn last_key(&self) -> Option<&[u8]> {
-        let &(start, key_end, _) = self.pairs.last()?;
-        Some(&self.bytes[start..key_end])
-    }
-
-    /// Removes the last pair pushed.
-    fn pop_last(&mut self) {
-        if let Some((start, _, _)) = self.pairs.pop() {
-            self.bytes.truncate(start);
-        }
-    }
-
     /// No pair left to consume.
     pub fn is_empty(&self) -> bool {
         self.next == self.pairs.len()
@@ -257,17 +471,18 @@ impl Chunk {
     }
 }
 
-/// Words (64 bits each) of a buffer's key filter: 256 KiB, 13 bits per key
-/// for the default buffer's ~160,000 keys (a larger buffer only gets more
-/// false positives).
-const FILTER_WORDS: usize = 1 << 15;
+/// Words (64 bits each) of a buffer's key filter: 512 KiB, 14 bits per key
+/// for the ~300,000 kv40 writes the default buffer holds (a larger buffer
+/// only gets more false positives).
+const FILTER_WORDS: usize = 1 << 16;
 
 /// A Bloom filter of the keys a buffer holds, one 64-bit word per key
 /// (four bits in it), so that most lookups of keys the buffer does not hold
-/// skip the skiplist's search (a few cache misses per level): with random
-/// keys most reads miss the buffer. Bits are set before the version that
-/// holds the key is published, so a reader never misses a key its version
-/// holds.
+/// skip the runs' searches: with random keys most reads miss the buffer.
+/// Shared by the buffers that grow one from another, it only gains bits: a
+/// key added for a newer buffer is at worst a false positive for an older
+/// one. Bits are set before the version that holds the key is published,
+/// so a reader never misses a key its version holds.
 struct Filter {
     words: Box<[AtomicU64]>,
 }
@@ -300,231 +515,151 @@ impl Filter {
     }
 }
 
+/// The commits after the tree's, as one version sees them. Cheap to clone
+/// (a few `Arc`s), never changed: `with_group` makes the next one.
+#[derive(Default, Clone)]
 pub(crate) struct WriteBuffer {
-    map: SkipList<Write, AtomicU8>,
-    /// Made at the first insert (a buffer that stays empty costs nothing).
-    filter: std::sync::OnceLock<Filter>,
-    /// Distinct keys held.
-    keys: AtomicUsize,
+    /// Oldest first; each no shorter than the next (but for the runs that
+    /// shrank when merging dropped replaced writes).
+    runs: Vec<Arc<Run>>,
+    /// Made with the first run (a buffer that stays empty costs nothing).
+    filter: Option<Arc<Filter>>,
     /// Memory held, estimated.
-    bytes: AtomicU64,
-}
-
-impl Default for WriteBuffer {
-    fn default() -> Self {
-        WriteBuffer {
-            map: SkipList::new(epoch::default_collector().clone()),
-            filter: std::sync::OnceLock::new(),
-            keys: AtomicUsize::new(0),
-            bytes: AtomicU64::new(0),
-        }
-    }
+    bytes: u64,
 }
 
 impl WriteBuffer {
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.runs.is_empty()
     }
 
-    /// Memory held, estimated.
+    /// Memory held, estimated: every write added since the buffer was
+    /// empty (replaced ones too: their bytes stay in their blocks).
     pub fn bytes(&self) -> u64 {
-        self.bytes.load(Ordering::Relaxed)
+        self.bytes
     }
 
-    /// Distinct keys held.
+    /// Writes held in the runs (a key may be written in several).
+    pub fn writes(&self) -> usize {
+        self.runs.iter().map(|r| r.len()).sum()
+    }
+
+    /// Distinct keys held; a walk over the runs.
     pub fn keys(&self) -> usize {
-        self.keys.load(Ordering::Relaxed)
-    }
-
-    /// Records `value` (`None`: a delete) under `key` as written by commit
-    /// `seq`. Only the group-commit leader calls this, with `seq` at least
-    /// every sequence number already inserted, and each key once per `seq`.
-    #[cfg(test)]
-    pub fn insert(&self, key: &[u8], value: Option<&[u8]>, seq: u64) {
-        self.insert_pinned(key, value, seq, &epoch::pin());
-    }
-
-    /// Records a commit's operations (`None`: a delete), as `insert` does
-    /// one.
-    pub fn insert_group(&self, ops: &[(&[u8], Option<&[u8]>)], seq: u64) {
-        let guard = &epoch::pin();
-        for &(key, value) in ops {
-            self.insert_pinned(key, value, seq, guard);
+        if let [run] = self.runs.as_slice() {
+            return run.len();
         }
+        let mut walk = Walk::new(&self.runs, Bound::Unbounded, Bound::Unbounded, true);
+        std::iter::from_fn(|| walk.next()).count()
     }
 
-    fn insert_pinned(&self, key: &[u8], value: Option<&[u8]>, seq: u64, guard: &Guard) {
-        let value_bytes = value.unwrap_or_default();
-        let mut bytes = Vec::with_capacity(key.len() + value_bytes.len());
-        bytes.extend_from_slice(key);
-        bytes.extend_from_slice(value_bytes);
-        let key_len = u32::try_from(key.len()).expect("keys are far below 4 GiB (limits.rs)");
-        self.filter.get_or_init(Filter::new).insert(key);
-        let head = head_of(key);
-        let write = Write {
-            head,
-            seq,
-            bytes: bytes.into_boxed_slice(),
-            key_len,
-            delete: value.is_none(),
-        };
-        let entry = self.map.insert(write, AtomicU8::new(TREE_UNKNOWN), guard);
-        // The newest write of its key comes first: an older one of the
-        // same key, if any, is the next entry. Heads first: comparing whole
-        // keys here took 4% of random updates.
-        let new_key = match entry.next(guard) {
-            None => true,
-            Some(older) => {
-                let differs = older.key().head != head || older.key().key() != key;
-                older.release(guard);
-                differs
+    /// This buffer with a commit's operations (`None`: a delete) added on
+    /// top. `ops` is sorted by key, one per key. Only the group-commit
+    /// leader calls this, after the commit is durable.
+    #[must_use]
+    pub fn with_group(&self, ops: &[(&[u8], Option<&[u8]>)]) -> WriteBuffer {
+        if ops.is_empty() {
+            return self.clone();
+        }
+        let filter = self
+            .filter
+            .clone()
+            .unwrap_or_else(|| Arc::new(Filter::new()));
+        for (key, _) in ops {
+            filter.insert(key);
+        }
+        let mut run = Run::of_group(ops);
+        let added = run.live_bytes + ops.len() as u64 * ENTRY_OVERHEAD;
+        let mut runs = self.runs.clone();
+        while let Some(below) = runs.last() {
+            if below.len() > run.len() {
+                break;
             }
-        };
-        #[cfg(debug_assertions)]
-        if let Some(newer) = entry.prev(guard) {
-            let same = newer.key().key() == key;
-            newer.release(guard);
-            debug_assert!(
-                !same,
-                "sequence numbers only grow, and a key is written once per commit"
-            );
+            run = Run::merge(below, &run);
+            runs.pop();
         }
-        entry.release(guard);
-        if new_key {
-            self.keys.fetch_add(1, Ordering::Relaxed);
+        runs.push(Arc::new(run));
+        WriteBuffer {
+            runs,
+            filter: Some(filter),
+            bytes: self.bytes + added,
         }
-        self.bytes.fetch_add(
-            (key.len() + value_bytes.len()) as u64 + ENTRY_OVERHEAD,
-            Ordering::Relaxed,
-        );
     }
 
-    /// The newest write of `key` a reader of version `seq` sees.
-    fn visible<'a: 'g, 'g>(
-        &'a self,
-        key: &[u8],
-        seq: u64,
-        guard: &'g Guard,
-    ) -> Option<Entry<'a, 'g>> {
-        let probe = Probe::new(key, seq);
-        let entry = self
-            .map
-            .lower_bound::<dyn Place>(Bound::Included(&probe as &dyn Place), guard)?;
-        (entry.key().key() == key).then_some(entry)
+    /// Records one write, as a commit of its own would (tests build
+    /// buffers with it).
+    #[cfg(test)]
+    pub fn with(&self, key: &[u8], value: Option<&[u8]>) -> WriteBuffer {
+        self.with_group(&[(key, value)])
     }
 
-    /// Looks `key` up as of version `seq`, copying a value found into `out`.
-    pub fn get_into(&self, key: &[u8], seq: u64, out: &mut Vec<u8>) -> Lookup {
-        match self.filter.get() {
+    /// Looks `key` up, copying a value found into `out`.
+    pub fn get_into(&self, key: &[u8], out: &mut Vec<u8>) -> Lookup {
+        match &self.filter {
             Some(f) if f.may_hold(key) => {}
             _ => return Lookup::NotHere,
         }
-        let guard = &epoch::pin();
-        let Some(entry) = self.visible(key, seq, guard) else {
-            return Lookup::NotHere;
-        };
-        match entry.key().value() {
-            None => Lookup::Deleted,
-            Some(v) => {
-                out.clear();
-                out.extend_from_slice(v);
-                Lookup::Found
+        for run in self.runs.iter().rev() {
+            if let Some(i) = run.find(key) {
+                return match run.value(i) {
+                    None => Lookup::Deleted,
+                    Some(v) => {
+                        out.clear();
+                        out.extend_from_slice(v);
+                        Lookup::Found
+                    }
+                };
             }
         }
+        Lookup::NotHere
     }
 
     /// Calls `f` with every key's newest write, in key order: what merging
-    /// the buffer into the tree applies. Only for the leader, which is the
-    /// only writer, so the newest write is its own. The writes are lent, not
-    /// copied (the merge used to copy each key and value into allocations
-    /// of its own).
+    /// the buffer into the tree applies. The writes are lent, not copied.
     pub fn with_newest<R>(&self, f: impl FnOnce(&[OpRef<'_>]) -> R) -> R {
-        let guard = &epoch::pin();
-        let mut out: Vec<OpRef<'_>> = Vec::with_capacity(self.keys());
-        let mut last: Option<&Write> = None;
-        for entry in self.map.iter(guard) {
-            let write = entry.key();
-            if last.is_some_and(|l| l.head == write.head && l.key() == write.key()) {
-                continue; // an older write of the key just taken
-            }
-            out.push(match write.value() {
-                Some(v) => OpRef::Put(write.key(), v),
-                None => OpRef::Delete(write.key()),
+        let mut out: Vec<OpRef<'_>> = Vec::with_capacity(self.writes());
+        let mut walk = Walk::new(&self.runs, Bound::Unbounded, Bound::Unbounded, true);
+        while let Some(m) = walk.next() {
+            let key = m.run.key(m.at);
+            out.push(match m.run.value(m.at) {
+                Some(v) => OpRef::Put(key, v),
+                None => OpRef::Delete(key),
             });
-            last = Some(write);
         }
         f(&out)
     }
 
-    /// The change the buffer makes to the tree's pair count as seen by
-    /// version `seq`: keys it holds that the tree does not, minus keys it
-    /// deleted that the tree holds. `in_tree` answers for the tree under the
-    /// buffer (which never changes while the buffer lives); each answer is
-    /// kept on the entry, so counting again costs a pass over the buffer,
-    /// not a tree lookup per key.
+    /// The change the buffer makes to the tree's pair count: keys it holds
+    /// that the tree does not, minus keys it deleted that the tree holds.
+    /// `in_tree` answers for the tree under the buffer (which never changes
+    /// while the buffer lives); each answer is kept on the write, so
+    /// counting again costs a walk over the buffer, not a tree lookup per
+    /// key.
     pub fn pairs_delta<E>(
         &self,
-        seq: u64,
         in_tree: &mut dyn FnMut(&[u8]) -> Result<bool, E>,
     ) -> Result<i64, E> {
-        // Per key: its visible write, and the answer any of its entries has.
-        struct Group<'a, 'g> {
-            visible: Option<Entry<'a, 'g>>,
-            known: u8,
-            first: Entry<'a, 'g>,
-        }
         let mut delta = 0i64;
-        let mut finish = |g: Group<'_, '_>| -> Result<(), E> {
-            let Some(visible) = g.visible else {
-                return Ok(());
-            };
-            let present = match g.known {
+        let mut walk = Walk::new(&self.runs, Bound::Unbounded, Bound::Unbounded, true);
+        while let Some(m) = walk.next() {
+            let present = match m.tree {
                 TREE_PRESENT => true,
                 TREE_ABSENT => false,
                 _ => {
-                    let present = in_tree(visible.key().key())?;
-                    visible.value().store(
+                    let present = in_tree(m.run.key(m.at))?;
+                    m.run.entries[m.at].tree.store(
                         if present { TREE_PRESENT } else { TREE_ABSENT },
                         Ordering::Relaxed,
                     );
                     present
                 }
             };
-            delta += i64::from(!visible.key().delete) - i64::from(present);
-            Ok(())
-        };
-        let guard = &epoch::pin();
-        let mut group: Option<Group<'_, '_>> = None;
-        for entry in self.map.iter(guard) {
-            let same = group
-                .as_ref()
-                .is_some_and(|g| g.first.key().key() == entry.key().key());
-            if !same {
-                if let Some(g) = group.take() {
-                    finish(g)?;
-                }
-                group = Some(Group {
-                    visible: None,
-                    known: TREE_UNKNOWN,
-                    first: entry.clone(),
-                });
-            }
-            let g = group.as_mut().expect("a group was just begun");
-            let known = entry.value().load(Ordering::Relaxed);
-            if known != TREE_UNKNOWN {
-                g.known = known;
-            }
-            if g.visible.is_none() && entry.key().seq <= seq {
-                g.visible = Some(entry);
-            }
-        }
-        if let Some(g) = group {
-            finish(g)?;
+            delta += i64::from(m.run.value(m.at).is_some()) - i64::from(present);
         }
         Ok(delta)
     }
 
-    /// Replaces what `out` holds with up to `max` pairs visible at `seq`
+    /// Replaces what `out` holds with up to `max` pairs (and deletes)
     /// within (`low`, `high`), walking forward or backward, and returns the
     /// bound from which the next call continues (`None`: the range is
     /// exhausted).
@@ -533,80 +668,19 @@ impl WriteBuffer {
         low: Bound<&[u8]>,
         high: Bound<&[u8]>,
         forward: bool,
-        seq: u64,
         max: usize,
         out: &mut Chunk,
     ) -> Option<Vec<u8>> {
+        assert!(max > 0, "a chunk holds at least one pair");
         out.clear();
-        if self.map.is_empty() || range_is_empty(low, high) {
-            return None;
+        let mut walk = Walk::new(&self.runs, low, high, forward);
+        while let Some(m) = walk.next() {
+            out.push(m.run.key(m.at), m.run.value(m.at));
+            if out.pairs.len() == max {
+                return (!walk.is_done()).then(|| m.run.key(m.at).to_vec());
+            }
         }
-        // A key's entries run from (key, newest) to (key, oldest): a range
-        // of keys starts at its first key's newest entry and ends at its
-        // last key's oldest.
-        let low_probe = match low {
-            Bound::Included(k) => Bound::Included(Probe::new(k, u64::MAX)),
-            Bound::Excluded(k) => Bound::Excluded(Probe::new(k, 0)),
-            Bound::Unbounded => Bound::Unbounded,
-        };
-        let high_probe = match high {
-            Bound::Included(k) => Bound::Included(Probe::new(k, 0)),
-            Bound::Excluded(k) => Bound::Excluded(Probe::new(k, u64::MAX)),
-            Bound::Unbounded => Bound::Unbounded,
-        };
-        let guard = &epoch::pin();
-        let range = self
-            .map
-            .range::<dyn Place, _>((as_place(&low_probe), as_place(&high_probe)), guard);
-        let mut last_head = None;
-        let mut visit = |entry: Entry<'_, '_>| -> Option<Vec<u8>> {
-            let write = entry.key();
-            if write.seq > seq {
-                return None; // newer than the reader's version
-            }
-            let key = write.key();
-            // Heads first: most neighbours differ in them.
-            let same_key = last_head == Some(write.head) && out.last_key() == Some(key);
-            if same_key && forward {
-                return None; // an older write of a key already taken
-            }
-            if !same_key && out.pairs.len() == max {
-                // Full, and the last key's writes are all seen.
-                return out.last_key().map(<[u8]>::to_vec);
-            }
-            if same_key {
-                // Backward, the newer write of a key comes after the older.
-                out.pop_last();
-            }
-            out.push(key, write.value());
-            last_head = Some(write.head);
-            None
-        };
-        if forward {
-            range.into_iter().find_map(&mut visit)
-        } else {
-            range.rev().find_map(&mut visit)
-        }
-    }
-}
-
-/// A bound on a probe as the skiplist's search takes it.
-fn as_place<'p, 'k>(b: &'p Bound<Probe<'k>>) -> Bound<&'p (dyn Place + 'k)> {
-    match b {
-        Bound::Included(p) => Bound::Included(p),
-        Bound::Excluded(p) => Bound::Excluded(p),
-        Bound::Unbounded => Bound::Unbounded,
-    }
-}
-
-/// Whether (`low`, `high`) holds no key (crossbeam's range asserts on an
-/// inverted range).
-fn range_is_empty(low: Bound<&[u8]>, high: Bound<&[u8]>) -> bool {
-    match (low, high) {
-        (Bound::Included(l), Bound::Included(h)) => l > h,
-        (Bound::Included(l) | Bound::Excluded(l), Bound::Excluded(h))
-        | (Bound::Excluded(l), Bound::Included(h)) => l >= h,
-        _ => false,
+        None
     }
 }
 
@@ -629,9 +703,9 @@ mod tests {
         }
     }
 
-    fn get(b: &WriteBuffer, k: &[u8], seq: u64) -> Option<Option<Vec<u8>>> {
+    fn get(b: &WriteBuffer, k: &[u8]) -> Option<Option<Vec<u8>>> {
         let mut out = Vec::new();
-        match b.get_into(k, seq, &mut out) {
+        match b.get_into(k, &mut out) {
             Lookup::NotHere => None,
             Lookup::Deleted => Some(None),
             Lookup::Found => Some(Some(out)),
@@ -639,51 +713,48 @@ mod tests {
     }
 
     #[test]
-    fn readers_see_only_their_version() {
-        let b = WriteBuffer::default();
-        b.insert(b"a", Some(b"1"), 5);
-        b.insert(b"a", None, 6);
-        b.insert(b"a", Some(b"3"), 8);
-        assert_eq!(get(&b, b"a", 4), None);
-        assert_eq!(get(&b, b"a", 5), Some(Some(b"1".to_vec())));
-        assert_eq!(get(&b, b"a", 6), Some(None));
-        assert_eq!(get(&b, b"a", 7), Some(None));
-        assert_eq!(get(&b, b"a", 9), Some(Some(b"3".to_vec())));
-        assert_eq!(get(&b, b"b", 9), None);
+    fn each_buffer_holds_the_writes_it_was_made_with() {
+        let b0 = WriteBuffer::default();
+        let b1 = b0.with(b"a", Some(b"1"));
+        let b2 = b1.with(b"a", None);
+        let b3 = b2.with(b"a", Some(b"3"));
+        assert_eq!(get(&b0, b"a"), None);
+        assert_eq!(get(&b1, b"a"), Some(Some(b"1".to_vec())));
+        assert_eq!(get(&b2, b"a"), Some(None));
+        assert_eq!(get(&b3, b"a"), Some(Some(b"3".to_vec())));
+        assert_eq!(get(&b3, b"b"), None);
+        assert_eq!((b3.keys(), b0.keys()), (1, 0));
+    }
+
+    #[test]
+    fn runs_stay_few_and_small_commits_share_a_block() {
+        let mut b = WriteBuffer::default();
+        for i in 0u32..1000 {
+            b = b.with(&i.to_be_bytes(), Some(b"v"));
+            // A binary counter: one run per bit of the commits so far.
+            assert_eq!(b.runs.len(), (i + 1).count_ones() as usize);
+        }
+        assert_eq!(b.keys(), 1000);
+        // 1,000 five-byte writes fit in COMPACT_BYTES: each run's bytes
+        // were copied into one block, not left in a block per commit.
+        assert!(b.runs.iter().all(|r| r.blocks.len() == 1));
+        for i in 0u32..1000 {
+            assert_eq!(get(&b, &i.to_be_bytes()), Some(Some(b"v".to_vec())));
+        }
     }
 
     #[test]
     fn inverted_and_empty_ranges_take_nothing() {
-        let b = WriteBuffer::default();
-        b.insert(b"m", Some(b"1"), 1);
+        let b = WriteBuffer::default().with(b"m", Some(b"1"));
         let mut out = Chunk::default();
         let low = Bound::Excluded(b"z".as_slice());
-        assert_eq!(
-            b.take(low, Bound::Included(b"a"), true, 1, 8, &mut out),
-            None
-        );
+        assert_eq!(b.take(low, Bound::Included(b"a"), true, 8, &mut out), None);
         let at = Bound::Excluded(b"m".as_slice());
-        assert_eq!(b.take(at, at, false, 1, 8, &mut out), None);
+        assert_eq!(b.take(at, at, false, 8, &mut out), None);
         assert!(out.is_empty());
     }
 
-    proptest! {
-        /// The skiplist's order (inline heads first) is the keys' byte
-        /// order, for keys shorter and longer than a head and sharing one.
-        #[test]
-        fn buffer_keys_order_as_their_bytes(
-            a in prop::collection::vec(prop_oneof![Just(0u8), Just(1u8), any::<u8>()], 0..12),
-            b in prop::collection::vec(prop_oneof![Just(0u8), Just(1u8), any::<u8>()], 0..12),
-        ) {
-            let (pa, pb) = (Probe::new(&a, 7), Probe::new(&b, 7));
-            prop_assert_eq!(order(&pa, &pb), a.cmp(&b));
-            // And the skiplist's own comparison of entries agrees.
-            let write = |k: &[u8]| Write { head: head_of(k), seq: 7, bytes: k.into(), key_len: k.len() as u32, delete: true };
-            prop_assert_eq!(write(&a).cmp(&write(&b)), a.cmp(&b));
-        }
-    }
-
-    /// A write buffer against a model: a `BTreeMap` per version.
+    /// A write buffer against a model: a `BTreeMap` per commit.
     #[derive(Debug, Clone)]
     enum Op {
         Put(u8, u8),
@@ -714,12 +785,11 @@ mod tests {
 
     proptest! {
         #[test]
-        fn matches_a_model_at_every_version(commits in prop::collection::vec(prop::collection::vec(op(), 1..6), 1..30)) {
-            let b = WriteBuffer::default();
-            // The model: the buffered state (key -> newest write) after each commit.
+        fn matches_a_model_at_every_commit(commits in prop::collection::vec(prop::collection::vec(op(), 1..12), 1..40)) {
+            // The buffers and the model (key -> newest write) after each commit.
+            let mut buffers = vec![WriteBuffer::default()];
             let mut models: Vec<BTreeMap<Vec<u8>, Option<Vec<u8>>>> = vec![BTreeMap::new()];
-            for (i, ops) in commits.iter().enumerate() {
-                let seq = i as u64 + 1;
+            for ops in &commits {
                 let mut next = models.last().unwrap().clone();
                 let mut group = BTreeMap::new();
                 for op in ops {
@@ -728,17 +798,19 @@ mod tests {
                         Op::Delete(k) => group.insert(key_of(k), None),
                     };
                 }
-                for (k, v) in group {
-                    b.insert(&k, v.as_deref(), seq);
-                    next.insert(k, v);
-                }
+                let group_ops: Vec<(&[u8], Option<&[u8]>)> =
+                    group.iter().map(|(k, v)| (k.as_slice(), v.as_deref())).collect();
+                buffers.push(buffers.last().unwrap().with_group(&group_ops));
+                next.extend(group);
                 models.push(next);
             }
-            for (seq, model) in models.iter().enumerate() {
-                let seq = seq as u64;
+            // Every buffer still answers for its own commits, after the
+            // later ones merged runs it shares.
+            for (b, model) in buffers.iter().zip(&models) {
                 for k in 0u8..24 {
-                    prop_assert_eq!(get(&b, &key_of(k), seq), model.get(&key_of(k)).cloned());
+                    prop_assert_eq!(get(b, &key_of(k)), model.get(&key_of(k)).cloned());
                 }
+                prop_assert_eq!(b.keys(), model.len());
                 // Scans in both directions, in small steps, over a sub-range.
                 let (lo, hi) = ([[1u8; 8].as_slice(), &[5]].concat(), vec![20u8]);
                 let want: Vec<BufferedPair> = model
@@ -751,9 +823,9 @@ mod tests {
                     let mut from: Option<Vec<u8>> = None;
                     loop {
                         let next = match (&from, forward) {
-                            (None, _) => b.take(Bound::Included(&lo), Bound::Excluded(&hi), forward, seq, 3, &mut chunk),
-                            (Some(f), true) => b.take(Bound::Excluded(f), Bound::Excluded(&hi), true, seq, 3, &mut chunk),
-                            (Some(f), false) => b.take(Bound::Included(&lo), Bound::Excluded(f), false, seq, 3, &mut chunk),
+                            (None, _) => b.take(Bound::Included(&lo), Bound::Excluded(&hi), forward, 3, &mut chunk),
+                            (Some(f), true) => b.take(Bound::Excluded(f), Bound::Excluded(&hi), true, 3, &mut chunk),
+                            (Some(f), false) => b.take(Bound::Included(&lo), Bound::Excluded(f), false, 3, &mut chunk),
                         };
                         drain(&mut chunk, &mut got);
                         match next {
@@ -767,28 +839,28 @@ mod tests {
                     }
                     prop_assert_eq!(got, want);
                 }
-                // The pair count against a tree that holds the even keys.
-                let delta = b
-                    .pairs_delta::<()>(seq, &mut |k| Ok(in_tree(k)))
-                    .unwrap();
+                // The pair count against a tree that holds the even keys,
+                // twice: the second time from the notes the first left.
                 let want_delta: i64 = model
                     .iter()
                     .map(|(k, v)| i64::from(v.is_some()) - i64::from(in_tree(k)))
                     .sum();
-                prop_assert_eq!(delta, want_delta);
+                for _ in 0..2 {
+                    let delta = b.pairs_delta::<()>(&mut |k| Ok(in_tree(k))).unwrap();
+                    prop_assert_eq!(delta, want_delta);
+                }
+                let newest: Vec<BufferedPair> = b.with_newest(|newest| {
+                    newest
+                        .iter()
+                        .map(|op| match *op {
+                            OpRef::Put(k, v) => (k.to_vec(), Some(v.to_vec())),
+                            OpRef::Delete(k) => (k.to_vec(), None),
+                        })
+                        .collect()
+                });
+                let all: Vec<BufferedPair> = model.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+                prop_assert_eq!(newest, all);
             }
-            let newest: Vec<BufferedPair> = b.with_newest(|newest| {
-                newest
-                    .iter()
-                    .map(|op| match *op {
-                        OpRef::Put(k, v) => (k.to_vec(), Some(v.to_vec())),
-                        OpRef::Delete(k) => (k.to_vec(), None),
-                    })
-                    .collect()
-            });
-            let last: Vec<BufferedPair> = models.last().unwrap().iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-            prop_assert_eq!(newest, last);
-            prop_assert_eq!(b.keys(), models.last().unwrap().len());
         }
     }
 }
