@@ -14,7 +14,7 @@ use crate::page_log::PageLog;
 use crate::pipeline::{Pipeline, Reply, Request, Ticket, WriteOutcome};
 use crate::recovery::recover;
 use crate::version::{Epoch, Reclaimer, Version};
-use crate::write_buffer::Lookup;
+use crate::write_buffer::{Lookup, SpareArrays};
 use arc_swap::ArcSwap;
 use kivi_log::{CheckpointRecord, CommitRecord, OpRef, RecordType, SegmentIds};
 use kivi_storage::{LocalDir, Storage};
@@ -91,6 +91,9 @@ pub(crate) struct Inner {
     pub published: ArcSwap<Version>,
     /// Frees superseded versions off the commit path.
     pub reclaimer: Reclaimer,
+    /// Arrays of the write buffer's dropped runs, for its next merges (at
+    /// most a quarter of `write_buffer_bytes`).
+    pub run_spares: Arc<SpareArrays>,
     pub pipeline: Pipeline,
     /// `None` when read-only.
     pub writer: Mutex<Option<Writer>>,
@@ -258,6 +261,7 @@ impl Db {
             counters.checkpointed_seq.store(c.seq, Ordering::Relaxed);
         }
         let read_only = opts.read_only;
+        let run_spares = SpareArrays::new(opts.write_buffer_bytes / 4);
         let inner = Arc::new(Inner {
             path,
             storage,
@@ -267,6 +271,7 @@ impl Db {
             store_id,
             published: ArcSwap::from_pointee(version),
             reclaimer: Reclaimer::default(),
+            run_spares,
             pipeline: Pipeline::default(),
             writer: Mutex::new(writer),
             checkpointer: Mutex::new(checkpointer),
@@ -676,7 +681,7 @@ impl Inner {
                     ..(*base).clone()
                 };
                 if buffered {
-                    next.buffer = Arc::new(base.buffer.with_group(&ops));
+                    next.buffer = Arc::new(base.buffer.with_group(&ops, &self.run_spares));
                 }
                 if next.buffer.is_empty() {
                     next.log_bytes = visible_log_bytes;

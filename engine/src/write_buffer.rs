@@ -83,12 +83,103 @@ struct Entry {
 struct Run {
     /// The entries' key heads, apart from the entries so that a binary
     /// search touches eight bytes a step.
-    heads: Box<[u64]>,
-    entries: Box<[Entry]>,
+    heads: Vec<u64>,
+    entries: Vec<Entry>,
     blocks: Box<[Arc<[u8]>]>,
     /// Key and value bytes of the entries (the blocks may hold more: writes
     /// that newer ones replaced in a merge).
     live_bytes: u64,
+    /// Where `heads` and `entries` go when the run is dropped.
+    spares: Arc<SpareArrays>,
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        self.spares.keep(RunArrays {
+            heads: std::mem::take(&mut self.heads),
+            entries: std::mem::take(&mut self.entries),
+        });
+    }
+}
+
+/// A run's two arrays.
+struct RunArrays {
+    heads: Vec<u64>,
+    entries: Vec<Entry>,
+}
+
+/// Arrays smaller than this (entries) are left to the allocator, whose
+/// small pages are reused promptly.
+const MIN_SPARE_ENTRIES: usize = 4096;
+
+/// The arrays of dropped runs, kept for the next merges of a store's write
+/// buffer.
+///
+/// Why: a merge of two runs allocates arrays as long as both, and the runs
+/// it replaces are freed moments later, on another thread (the one that
+/// drops superseded versions). The allocator handed such large blocks out
+/// fresh, every page zeroed by the kernel at its first touch: with 64
+/// writers doing single puts (`examples/concurrent_probe`), 90% of the time
+/// spent adding commits to the buffer was `clear_page_erms`, and the
+/// process grew to 1.6 times the memory it had with the skiplist.
+pub(crate) struct SpareArrays {
+    kept: parking_lot::Mutex<Vec<RunArrays>>,
+    /// Most entries the kept arrays may hold in all.
+    max_entries: usize,
+}
+
+impl SpareArrays {
+    /// A store's spares, holding at most `max_bytes` of arrays.
+    pub fn new(max_bytes: u64) -> Arc<Self> {
+        Arc::new(SpareArrays {
+            kept: parking_lot::Mutex::new(Vec::new()),
+            max_entries: usize::try_from(max_bytes / ENTRY_OVERHEAD).unwrap_or(usize::MAX),
+        })
+    }
+
+    /// Arrays with room for `capacity` entries: the smallest kept ones
+    /// that have it, or new ones.
+    fn take(&self, capacity: usize) -> RunArrays {
+        if capacity >= MIN_SPARE_ENTRIES {
+            let mut kept = self.kept.lock();
+            let best = kept
+                .iter()
+                .enumerate()
+                .filter(|(_, a)| a.entries.capacity() >= capacity)
+                .min_by_key(|(_, a)| a.entries.capacity())
+                .map(|(i, _)| i);
+            if let Some(i) = best {
+                let a = kept.swap_remove(i);
+                debug_assert!(a.heads.is_empty() && a.entries.is_empty());
+                return a;
+            }
+        }
+        RunArrays {
+            heads: Vec::with_capacity(capacity),
+            entries: Vec::with_capacity(capacity),
+        }
+    }
+
+    /// Keeps a dropped run's arrays, if they are worth it and there is
+    /// room (the smallest go first).
+    fn keep(&self, mut a: RunArrays) {
+        if a.entries.capacity() < MIN_SPARE_ENTRIES || a.heads.capacity() < a.entries.capacity() {
+            return;
+        }
+        a.heads.clear();
+        a.entries.clear();
+        let mut kept = self.kept.lock();
+        kept.push(a);
+        let mut total: usize = kept.iter().map(|a| a.entries.capacity()).sum();
+        while total > self.max_entries {
+            let (i, _) = kept
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, a)| a.entries.capacity())
+                .expect("over the limit, so not empty");
+            total -= kept.swap_remove(i).entries.capacity();
+        }
+    }
 }
 
 /// A length or an offset within a commit group, which is at most a batch
@@ -100,14 +191,16 @@ fn small(n: usize) -> u32 {
 impl Run {
     /// The run of one commit's operations (`None`: a delete), which are
     /// sorted by key, one per key.
-    fn of_group(ops: &[(&[u8], Option<&[u8]>)]) -> Run {
+    fn of_group(ops: &[(&[u8], Option<&[u8]>)], spares: &Arc<SpareArrays>) -> Run {
         let total: usize = ops
             .iter()
             .map(|(k, v)| k.len() + v.map_or(0, <[u8]>::len))
             .sum();
         let mut bytes = Vec::with_capacity(total);
-        let mut heads = Vec::with_capacity(ops.len());
-        let mut entries = Vec::with_capacity(ops.len());
+        let RunArrays {
+            mut heads,
+            mut entries,
+        } = spares.take(ops.len());
         for (i, &(key, value)) in ops.iter().enumerate() {
             let head = head_of(key);
             if i > 0 {
@@ -132,19 +225,21 @@ impl Run {
         }
         debug_assert_eq!(bytes.len(), total);
         Run {
-            heads: heads.into_boxed_slice(),
-            entries: entries.into_boxed_slice(),
+            heads,
+            entries,
             blocks: Box::new([Arc::from(bytes)]),
             live_bytes: total as u64,
+            spares: spares.clone(),
         }
     }
 
     /// `older` and `newer` as one run; where both write a key, `newer`'s
     /// write is kept.
     fn merge(older: &Run, newer: &Run) -> Run {
-        let capacity = older.len() + newer.len();
-        let mut heads = Vec::with_capacity(capacity);
-        let mut entries = Vec::with_capacity(capacity);
+        let RunArrays {
+            mut heads,
+            mut entries,
+        } = newer.spares.take(older.len() + newer.len());
         let shift = small(older.blocks.len());
         let mut live_bytes = 0;
         let (mut i, mut j) = (0, 0);
@@ -203,10 +298,11 @@ impl Run {
             .cloned()
             .collect();
         let mut run = Run {
-            heads: heads.into_boxed_slice(),
-            entries: entries.into_boxed_slice(),
+            heads,
+            entries,
             blocks: blocks.into_boxed_slice(),
             live_bytes,
+            spares: newer.spares.clone(),
         };
         if run.blocks.len() > 1 && live_bytes <= COMPACT_BYTES {
             run.compact();
@@ -557,7 +653,11 @@ impl WriteBuffer {
     /// top. `ops` is sorted by key, one per key. Only the group-commit
     /// leader calls this, after the commit is durable.
     #[must_use]
-    pub fn with_group(&self, ops: &[(&[u8], Option<&[u8]>)]) -> WriteBuffer {
+    pub fn with_group(
+        &self,
+        ops: &[(&[u8], Option<&[u8]>)],
+        spares: &Arc<SpareArrays>,
+    ) -> WriteBuffer {
         if ops.is_empty() {
             return self.clone();
         }
@@ -568,7 +668,7 @@ impl WriteBuffer {
         for (key, _) in ops {
             filter.insert(key);
         }
-        let mut run = Run::of_group(ops);
+        let mut run = Run::of_group(ops, spares);
         let added = run.live_bytes + ops.len() as u64 * ENTRY_OVERHEAD;
         let mut runs = self.runs.clone();
         while let Some(below) = runs.last() {
@@ -590,7 +690,7 @@ impl WriteBuffer {
     /// buffers with it).
     #[cfg(test)]
     pub fn with(&self, key: &[u8], value: Option<&[u8]>) -> WriteBuffer {
-        self.with_group(&[(key, value)])
+        self.with_group(&[(key, value)], &SpareArrays::new(1 << 20))
     }
 
     /// Looks `key` up, copying a value found into `out`.
@@ -744,6 +844,51 @@ mod tests {
     }
 
     #[test]
+    fn merges_reuse_the_arrays_of_dropped_runs() {
+        let spares = SpareArrays::new(64 << 20);
+        let group = |from: u32, step: u32| -> Vec<(Vec<u8>, Vec<u8>)> {
+            (0..5000)
+                .map(|i| {
+                    (
+                        (from + i * step).to_be_bytes().to_vec(),
+                        i.to_be_bytes().to_vec(),
+                    )
+                })
+                .collect()
+        };
+        let add = |b: &WriteBuffer, g: &[(Vec<u8>, Vec<u8>)]| {
+            let ops: Vec<(&[u8], Option<&[u8]>)> = g
+                .iter()
+                .map(|(k, v)| (k.as_slice(), Some(v.as_slice())))
+                .collect();
+            b.with_group(&ops, &spares)
+        };
+        let (evens, odds) = (group(0, 2), group(1, 2));
+        let one = add(&WriteBuffer::default(), &evens);
+        let two = add(&one, &odds);
+        assert_eq!((one.runs.len(), two.runs.len()), (1, 1), "merged");
+        // The second group's run was dropped as the merge replaced it; the
+        // first's is still held by `one`.
+        assert_eq!(spares.kept.lock().len(), 1);
+        drop(one);
+        assert_eq!(spares.kept.lock().len(), 2);
+        let merged = two.runs[0].entries.as_ptr();
+        drop(two);
+        assert_eq!(spares.kept.lock().len(), 3);
+        // The next merge of 10,000 writes gets the 10,000-entry arrays back.
+        let three = add(&add(&WriteBuffer::default(), &odds), &evens);
+        assert_eq!(three.runs[0].entries.as_ptr(), merged);
+        assert_eq!(three.keys(), 10_000);
+        for (k, v) in evens.iter().chain(&odds) {
+            assert_eq!(get(&three, k), Some(Some(v.clone())));
+        }
+        // Within its bound: a pool of 4,096 entries keeps nothing larger.
+        let small = SpareArrays::new(4096 * ENTRY_OVERHEAD);
+        small.keep(small.take(5000));
+        assert!(small.kept.lock().is_empty());
+    }
+
+    #[test]
     fn inverted_and_empty_ranges_take_nothing() {
         let b = WriteBuffer::default().with(b"m", Some(b"1"));
         let mut out = Chunk::default();
@@ -788,6 +933,8 @@ mod tests {
         fn matches_a_model_at_every_commit(commits in prop::collection::vec(prop::collection::vec(op(), 1..12), 1..40)) {
             // The buffers and the model (key -> newest write) after each commit.
             let mut buffers = vec![WriteBuffer::default()];
+            // Small, so arrays are kept and reused (at least MIN_SPARE_ENTRIES long).
+            let spares = SpareArrays::new(1 << 20);
             let mut models: Vec<BTreeMap<Vec<u8>, Option<Vec<u8>>>> = vec![BTreeMap::new()];
             for ops in &commits {
                 let mut next = models.last().unwrap().clone();
@@ -800,7 +947,7 @@ mod tests {
                 }
                 let group_ops: Vec<(&[u8], Option<&[u8]>)> =
                     group.iter().map(|(k, v)| (k.as_slice(), v.as_deref())).collect();
-                buffers.push(buffers.last().unwrap().with_group(&group_ops));
+                buffers.push(buffers.last().unwrap().with_group(&group_ops, &spares));
                 next.extend(group);
                 models.push(next);
             }
