@@ -29,9 +29,10 @@ pub struct Options {
     /// twice this is held at the peak. Half of it also bounds the write
     /// buffer, where small groups of writes wait to be merged into the tree
     /// in one sorted batch (`Stats::buffered_bytes`); writes wait while the
-    /// two together pass twice this. Smaller means less memory and more
-    /// checkpoints and merges, each rewriting the pages changed since the
-    /// last.
+    /// two together pass twice this; a quarter more is kept for the
+    /// arrays of the buffer's merged runs. Smaller means less memory and
+    /// more checkpoints and merges, each rewriting the pages changed since
+    /// the last.
     pub write_buffer_bytes: u64,
     /// Pages split when their encoded size would pass this (default 4 KiB).
     pub page_size: usize,

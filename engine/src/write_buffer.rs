@@ -46,13 +46,23 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
 /// Memory a write costs beyond its key and value bytes: its entry and its
-/// head (an estimate; it only paces merges into the tree).
-const ENTRY_OVERHEAD: u64 = (size_of::<Entry>() + size_of::<u64>()) as u64;
+/// head, and the room a run's arrays leave unused (`SpareArrays` makes
+/// them a power of two long), taken as half again (an estimate; it only
+/// paces merges into the tree).
+const ENTRY_OVERHEAD: u64 = (size_of::<Entry>() + size_of::<u64>()) as u64 * 3 / 2;
 
-/// A merged run whose live key and value bytes are at most this is copied
-/// into one block of its own. Without it a stream of tiny commits (single
-/// puts) would leave runs pointing into one small block per commit.
-const COMPACT_BYTES: u64 = 64 << 10;
+/// Memory a commit's block costs beyond its bytes: the `Arc`'s counts, the
+/// allocator's rounding and its slot in every run that points into it (an
+/// estimate, as `ENTRY_OVERHEAD` is).
+///
+/// Blocks are never copied together, even for commits of one write (single
+/// puts), whose block costs more than its bytes: merged runs that copied
+/// their small blocks into one took memory of sizes up to 64 KiB from
+/// whichever writer's thread led the commit, and with 64 writers the
+/// allocator's pages for them, one set per thread, doubled the process's
+/// memory (`examples/concurrent_probe`: 856-874 MiB peak with the copies,
+/// 504 without, 426-428 with the skiplist).
+const BLOCK_OVERHEAD: u64 = 64;
 
 /// `Entry::value_len` of a delete.
 const DELETED: u32 = u32::MAX;
@@ -85,10 +95,9 @@ struct Run {
     /// search touches eight bytes a step.
     heads: Vec<u64>,
     entries: Vec<Entry>,
-    blocks: Box<[Arc<[u8]>]>,
-    /// Key and value bytes of the entries (the blocks may hold more: writes
-    /// that newer ones replaced in a merge).
-    live_bytes: u64,
+    /// Each commit's key and value bytes; a merged run points into the
+    /// blocks of the runs it merged (which may hold writes it replaced).
+    blocks: Vec<Arc<[u8]>>,
     /// Where `heads` and `entries` go when the run is dropped.
     spares: Arc<SpareArrays>,
 }
@@ -98,32 +107,39 @@ impl Drop for Run {
         self.spares.keep(RunArrays {
             heads: std::mem::take(&mut self.heads),
             entries: std::mem::take(&mut self.entries),
+            blocks: std::mem::take(&mut self.blocks),
         });
     }
 }
 
-/// A run's two arrays.
+/// A run's arrays. Its blocks' list is kept with the others: it is as
+/// long as the run has commits, up to tens of thousands.
 struct RunArrays {
     heads: Vec<u64>,
     entries: Vec<Entry>,
+    blocks: Vec<Arc<[u8]>>,
 }
 
-/// Arrays smaller than this (entries) are left to the allocator, whose
-/// small pages are reused promptly.
-const MIN_SPARE_ENTRIES: usize = 4096;
+/// Arrays shorter than this (entries) are left to the allocator: they are
+/// small objects, whose pages it reuses promptly.
+const MIN_SPARE_ENTRIES: usize = 64;
 
 /// The arrays of dropped runs, kept for the next merges of a store's write
-/// buffer.
+/// buffer, by size class: every array of this length or more is made a
+/// power of two long (unused room, like a `Vec`'s, of at most half).
 ///
-/// Why: a merge of two runs allocates arrays as long as both, and the runs
-/// it replaces are freed moments later, on another thread (the one that
-/// drops superseded versions). The allocator handed such large blocks out
-/// fresh, every page zeroed by the kernel at its first touch: with 64
-/// writers doing single puts (`examples/concurrent_probe`), 90% of the time
-/// spent adding commits to the buffer was `clear_page_erms`, and the
-/// process grew to 1.6 times the memory it had with the skiplist.
+/// Why: the runs a merge replaces are freed moments later on another thread
+/// (the one that drops superseded versions), and the next merge is made by
+/// whichever writer's thread leads the next commit. Left to the allocator
+/// (mimalloc), large arrays came out fresh, every page zeroed by the kernel
+/// at its first touch: with 64 writers doing single puts
+/// (`examples/concurrent_probe`), 90% of the time spent adding commits to
+/// the buffer was `clear_page_erms`. Middle-sized ones stayed in pages of
+/// the threads that made them, one set of pages per size and thread: 200 MiB
+/// more memory at the peak with 64 writers.
 pub(crate) struct SpareArrays {
-    kept: parking_lot::Mutex<Vec<RunArrays>>,
+    /// Index: log2 of the arrays' length.
+    kept: parking_lot::Mutex<[Vec<RunArrays>; usize::BITS as usize]>,
     /// Most entries the kept arrays may hold in all.
     max_entries: usize,
 }
@@ -131,59 +147,68 @@ pub(crate) struct SpareArrays {
 impl SpareArrays {
     /// A store's spares, holding at most `max_bytes` of arrays.
     pub fn new(max_bytes: u64) -> Arc<Self> {
+        let per_entry = (size_of::<Entry>() + size_of::<u64>()) as u64;
         Arc::new(SpareArrays {
-            kept: parking_lot::Mutex::new(Vec::new()),
-            max_entries: usize::try_from(max_bytes / ENTRY_OVERHEAD).unwrap_or(usize::MAX),
+            kept: parking_lot::Mutex::new(std::array::from_fn(|_| Vec::new())),
+            max_entries: usize::try_from(max_bytes / per_entry).unwrap_or(usize::MAX),
         })
     }
 
-    /// Arrays with room for `capacity` entries: the smallest kept ones
-    /// that have it, or new ones.
+    /// Entries kept, in all.
+    fn kept_entries(kept: &[Vec<RunArrays>]) -> usize {
+        kept.iter()
+            .enumerate()
+            .map(|(class, arrays)| arrays.len() << class)
+            .sum()
+    }
+
+    /// Arrays with room for `capacity` entries: kept ones of its size
+    /// class, or new ones.
     fn take(&self, capacity: usize) -> RunArrays {
-        if capacity >= MIN_SPARE_ENTRIES {
-            let mut kept = self.kept.lock();
-            let best = kept
-                .iter()
-                .enumerate()
-                .filter(|(_, a)| a.entries.capacity() >= capacity)
-                .min_by_key(|(_, a)| a.entries.capacity())
-                .map(|(i, _)| i);
-            if let Some(i) = best {
-                let a = kept.swap_remove(i);
-                debug_assert!(a.heads.is_empty() && a.entries.is_empty());
-                return a;
-            }
+        if capacity < MIN_SPARE_ENTRIES {
+            return RunArrays {
+                heads: Vec::with_capacity(capacity),
+                entries: Vec::with_capacity(capacity),
+                blocks: Vec::new(),
+            };
+        }
+        let length = capacity.next_power_of_two();
+        let class = length.trailing_zeros() as usize;
+        if let Some(a) = self.kept.lock()[class].pop() {
+            debug_assert!(a.heads.is_empty() && a.entries.capacity() == length);
+            return a;
         }
         RunArrays {
-            heads: Vec::with_capacity(capacity),
-            entries: Vec::with_capacity(capacity),
+            heads: Vec::with_capacity(length),
+            entries: Vec::with_capacity(length),
+            blocks: Vec::new(),
         }
     }
 
-    /// Keeps a dropped run's arrays, if they are worth it and there is
-    /// room (the smallest go first).
+    /// Keeps a dropped run's arrays, if they are of a size class and there
+    /// is room.
     fn keep(&self, mut a: RunArrays) {
-        if a.entries.capacity() < MIN_SPARE_ENTRIES || a.heads.capacity() < a.entries.capacity() {
+        let length = a.entries.capacity();
+        // `Vec::with_capacity` gives exactly the room asked for any type
+        // that is not zero-sized; an array of another length came from
+        // elsewhere and goes back to the allocator.
+        if length < MIN_SPARE_ENTRIES || !length.is_power_of_two() || a.heads.capacity() != length {
             return;
         }
         a.heads.clear();
         a.entries.clear();
+        // Dropped here, on the thread that drops the run, as they would be
+        // without spares.
+        a.blocks.clear();
         let mut kept = self.kept.lock();
-        kept.push(a);
-        let mut total: usize = kept.iter().map(|a| a.entries.capacity()).sum();
-        while total > self.max_entries {
-            let (i, _) = kept
-                .iter()
-                .enumerate()
-                .min_by_key(|(_, a)| a.entries.capacity())
-                .expect("over the limit, so not empty");
-            total -= kept.swap_remove(i).entries.capacity();
+        if Self::kept_entries(&kept[..]) + length <= self.max_entries {
+            kept[length.trailing_zeros() as usize].push(a);
         }
     }
 }
 
 /// A length or an offset within a commit group, which is at most a batch
-/// of 64 MiB (limits.rs), or within a compacted block (`COMPACT_BYTES`).
+/// of 64 MiB (limits.rs).
 fn small(n: usize) -> u32 {
     u32::try_from(n).expect("commit groups are far below 4 GiB (limits.rs)")
 }
@@ -200,6 +225,7 @@ impl Run {
         let RunArrays {
             mut heads,
             mut entries,
+            mut blocks,
         } = spares.take(ops.len());
         for (i, &(key, value)) in ops.iter().enumerate() {
             let head = head_of(key);
@@ -227,8 +253,10 @@ impl Run {
         Run {
             heads,
             entries,
-            blocks: Box::new([Arc::from(bytes)]),
-            live_bytes: total as u64,
+            blocks: {
+                blocks.push(Arc::from(bytes));
+                blocks
+            },
             spares: spares.clone(),
         }
     }
@@ -239,9 +267,9 @@ impl Run {
         let RunArrays {
             mut heads,
             mut entries,
+            mut blocks,
         } = newer.spares.take(older.len() + newer.len());
         let shift = small(older.blocks.len());
-        let mut live_bytes = 0;
         let (mut i, mut j) = (0, 0);
         loop {
             let order = match (i < older.len(), j < newer.len()) {
@@ -282,7 +310,6 @@ impl Run {
             };
             let e = &from.entries[at];
             heads.push(from.heads[at]);
-            live_bytes += u64::from(e.key_len) + u64::from(e.value_len_or_zero());
             entries.push(Entry {
                 block: e.block + block_shift,
                 start: e.start,
@@ -291,37 +318,13 @@ impl Run {
                 tree: AtomicU8::new(tree),
             });
         }
-        let blocks: Vec<Arc<[u8]>> = older
-            .blocks
-            .iter()
-            .chain(newer.blocks.iter())
-            .cloned()
-            .collect();
-        let mut run = Run {
+        blocks.extend(older.blocks.iter().chain(&newer.blocks).cloned());
+        Run {
             heads,
             entries,
-            blocks: blocks.into_boxed_slice(),
-            live_bytes,
+            blocks,
             spares: newer.spares.clone(),
-        };
-        if run.blocks.len() > 1 && live_bytes <= COMPACT_BYTES {
-            run.compact();
         }
-        run
-    }
-
-    /// Copies the entries' bytes into one block of their own.
-    fn compact(&mut self) {
-        let mut bytes = Vec::with_capacity(self.live_bytes as usize);
-        for e in self.entries.iter_mut() {
-            let len = e.key_len as usize + e.value_len_or_zero() as usize;
-            let start = small(bytes.len());
-            bytes.extend_from_slice(&self.blocks[e.block as usize][e.start as usize..][..len]);
-            e.block = 0;
-            e.start = start;
-        }
-        debug_assert_eq!(bytes.len() as u64, self.live_bytes);
-        self.blocks = Box::new([Arc::from(bytes)]);
     }
 
     fn len(&self) -> usize {
@@ -391,16 +394,6 @@ impl Run {
             Bound::Unbounded => self.len(),
         };
         (start, end.max(start))
-    }
-}
-
-impl Entry {
-    fn value_len_or_zero(&self) -> u32 {
-        if self.value_len == DELETED {
-            0
-        } else {
-            self.value_len
-        }
     }
 }
 
@@ -668,8 +661,12 @@ impl WriteBuffer {
         for (key, _) in ops {
             filter.insert(key);
         }
+        let bytes: usize = ops
+            .iter()
+            .map(|(k, v)| k.len() + v.map_or(0, <[u8]>::len))
+            .sum();
+        let added = bytes as u64 + ops.len() as u64 * ENTRY_OVERHEAD + BLOCK_OVERHEAD;
         let mut run = Run::of_group(ops, spares);
-        let added = run.live_bytes + ops.len() as u64 * ENTRY_OVERHEAD;
         let mut runs = self.runs.clone();
         while let Some(below) = runs.last() {
             if below.len() > run.len() {
@@ -827,17 +824,19 @@ mod tests {
     }
 
     #[test]
-    fn runs_stay_few_and_small_commits_share_a_block() {
+    fn runs_stay_few_and_memory_counts_every_commit() {
         let mut b = WriteBuffer::default();
         for i in 0u32..1000 {
             b = b.with(&i.to_be_bytes(), Some(b"v"));
             // A binary counter: one run per bit of the commits so far.
             assert_eq!(b.runs.len(), (i + 1).count_ones() as usize);
         }
-        assert_eq!(b.keys(), 1000);
-        // 1,000 five-byte writes fit in COMPACT_BYTES: each run's bytes
-        // were copied into one block, not left in a block per commit.
-        assert!(b.runs.iter().all(|r| r.blocks.len() == 1));
+        assert_eq!((b.keys(), b.writes()), (1000, 1000));
+        // Each commit's five bytes, its entry and its block.
+        assert_eq!(b.bytes(), 1000 * (5 + ENTRY_OVERHEAD + BLOCK_OVERHEAD));
+        // Merged runs point into the commits' blocks, in order.
+        let blocks: usize = b.runs.iter().map(|r| r.blocks.len()).sum();
+        assert_eq!(blocks, 1000);
         for i in 0u32..1000 {
             assert_eq!(get(&b, &i.to_be_bytes()), Some(Some(b"v".to_vec())));
         }
@@ -867,14 +866,15 @@ mod tests {
         let one = add(&WriteBuffer::default(), &evens);
         let two = add(&one, &odds);
         assert_eq!((one.runs.len(), two.runs.len()), (1, 1), "merged");
+        let kept = || SpareArrays::kept_entries(&spares.kept.lock()[..]);
         // The second group's run was dropped as the merge replaced it; the
-        // first's is still held by `one`.
-        assert_eq!(spares.kept.lock().len(), 1);
+        // first's is still held by `one`. Arrays are a power of two long.
+        assert_eq!(kept(), 8192);
         drop(one);
-        assert_eq!(spares.kept.lock().len(), 2);
+        assert_eq!(kept(), 2 * 8192);
         let merged = two.runs[0].entries.as_ptr();
         drop(two);
-        assert_eq!(spares.kept.lock().len(), 3);
+        assert_eq!(kept(), 2 * 8192 + 16384);
         // The next merge of 10,000 writes gets the 10,000-entry arrays back.
         let three = add(&add(&WriteBuffer::default(), &odds), &evens);
         assert_eq!(three.runs[0].entries.as_ptr(), merged);
@@ -883,9 +883,9 @@ mod tests {
             assert_eq!(get(&three, k), Some(Some(v.clone())));
         }
         // Within its bound: a pool of 4,096 entries keeps nothing larger.
-        let small = SpareArrays::new(4096 * ENTRY_OVERHEAD);
+        let small = SpareArrays::new(4096 * (size_of::<Entry>() + size_of::<u64>()) as u64);
         small.keep(small.take(5000));
-        assert!(small.kept.lock().is_empty());
+        assert_eq!(SpareArrays::kept_entries(&small.kept.lock()[..]), 0);
     }
 
     #[test]
