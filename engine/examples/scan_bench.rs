@@ -1,7 +1,7 @@
 //! Developer tool: times full ordered scans of an N-pair store (kv40-like
 //! pairs) so a profiler can be pointed at the scan path alone.
 //! `cargo run --release -p kivi --example scan_bench -- DIR N ROUNDS [UPDATES]`
-//! (`SCAN_AFTER`, below, says what to wait for before the scans)
+//! (`SCAN_AFTER` and `SCAN_SNAPSHOT`, below, say what the scans meet)
 use std::time::Instant;
 
 mod common;
@@ -18,6 +18,10 @@ fn main() -> common::Result<()> {
     let db = common::load(dir, n)?;
     let updates: u64 = args.get(4).map_or(Ok(0), |s| s.parse())?;
     common::update(&db, n, updates, 1)?;
+    // `SCAN_SNAPSHOT=1`: every scan reads a snapshot taken right after the
+    // updates, so each meets the same write buffer and tree, whatever the
+    // background merge and checkpoint do meanwhile.
+    let snapshot = (std::env::var("SCAN_SNAPSHOT").as_deref() == Ok("1")).then(|| db.snapshot());
     // What the store may still be doing when the scans start:
     // `SCAN_AFTER=checkpoint` (the default) checkpoints first, `now` scans
     // at once, `MS` waits that many milliseconds.
@@ -29,16 +33,30 @@ fn main() -> common::Result<()> {
         "now" => {}
         ms => std::thread::sleep(std::time::Duration::from_millis(ms.parse()?)),
     }
-    let s = db.stats()?;
-    println!(
-        "buffered keys {}  dirty MiB {}  checkpoints {}",
-        s.buffered_keys,
-        s.dirty_bytes >> 20,
-        s.checkpoints
-    );
+    let print_stats = |when: &str| -> common::Result<()> {
+        let s = db.stats()?;
+        println!(
+            "{when}: buffered keys {}  dirty MiB {}  checkpoints {}",
+            s.buffered_keys,
+            s.dirty_bytes >> 20,
+            s.checkpoints
+        );
+        Ok(())
+    };
+    // The statistics count the buffered keys, a tree lookup each, long
+    // enough for the idle merge to empty the buffer: with `now` they wait
+    // until after the scans.
+    let now = std::env::var("SCAN_AFTER").as_deref() == Ok("now");
+    if !now || snapshot.is_some() {
+        // (With a snapshot the scans meet what it holds, however long this takes.)
+        print_stats("before the scans")?;
+    }
     for _ in 0..rounds {
         let t = Instant::now();
-        let mut scan = db.scan::<&[u8], _>(..);
+        let mut scan = match &snapshot {
+            Some(s) => s.scan::<&[u8], _>(..),
+            None => db.scan::<&[u8], _>(..),
+        };
         let mut count = 0u64;
         let mut sum = 0u64;
         while let Some((k, v)) = scan.next()? {
@@ -51,6 +69,9 @@ fn main() -> common::Result<()> {
             "{count} pairs in {s:.3} s: {:.2} M/s ({sum})",
             n as f64 / s / 1e6
         );
+    }
+    if now {
+        print_stats("after the scans")?;
     }
     Ok(())
 }

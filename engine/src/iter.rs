@@ -3,7 +3,7 @@
 use crate::db::Inner;
 use crate::error::Result;
 use crate::version::Version;
-use crate::write_buffer::Chunk;
+use crate::write_buffer::{Chunk, WalkPosition};
 use kivi_tree::{compare_keys, Cursor, ValueRef};
 use std::cmp::Ordering;
 use std::mem::ManuallyDrop;
@@ -246,11 +246,10 @@ pub struct Scan {
     started: bool,
     done: bool,
     big: Vec<u8>,
-    /// The write buffer's pairs of the range, taken a chunk at a time, and
-    /// where the next chunk starts: `None` when the buffer has no more,
-    /// `Some(None)` before the first chunk.
+    /// The write buffer's writes in the range, taken a chunk at a time, and
+    /// where the walk over its runs stands (`None` before the first chunk).
     buffered: Chunk,
-    buffer_next: Option<Option<Vec<u8>>>,
+    buffer_walk: Option<WalkPosition>,
     /// The cursor's pair was returned (or hidden): step before using it.
     tree_consumed: bool,
 }
@@ -285,7 +284,7 @@ impl Scan {
             done: false,
             big: Vec::new(),
             buffered: Chunk::default(),
-            buffer_next: Some(None),
+            buffer_walk: None,
             tree_consumed: true,
         }
     }
@@ -417,23 +416,15 @@ impl Scan {
         Ok(Some((self.cursor.key(), value)))
     }
 
-    /// Takes the next chunk of the write buffer's pairs in the range.
+    /// Takes the next chunk of the write buffer's writes in the range.
     fn refill(&mut self) {
-        let Some(from) = &self.buffer_next else {
-            return;
-        };
-        let (low, high) = match (from, self.forward) {
-            (None, _) => (as_ref(&self.start), as_ref(&self.end)),
-            (Some(k), true) => (Bound::Excluded(k.as_slice()), as_ref(&self.end)),
-            (Some(k), false) => (as_ref(&self.start), Bound::Excluded(k.as_slice())),
-        };
-        let next = self.held.version.buffer.take(
-            low,
-            high,
-            self.forward,
-            BUFFER_CHUNK,
-            &mut self.buffered,
-        );
-        self.buffer_next = next.map(Some);
+        let buffer = &self.held.version.buffer;
+        let walk = self.buffer_walk.get_or_insert_with(|| {
+            buffer.walk_from(as_ref(&self.start), as_ref(&self.end), self.forward)
+        });
+        // Once the walk is done every call would come here; leave at once.
+        if !walk.is_done() {
+            buffer.take(walk, BUFFER_CHUNK, &mut self.buffered);
+        }
     }
 }

@@ -40,6 +40,7 @@ use kivi_log::OpRef;
 // keep them: heads order as the keys do, so most comparisons never reach
 // the key's own bytes.
 use kivi_tree::key_head as head_of;
+use kivi_tree::prefetch_line;
 use std::cmp::Ordering as KeyOrder;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
@@ -123,6 +124,10 @@ struct RunArrays {
 /// Arrays shorter than this (entries) are left to the allocator: they are
 /// small objects, whose pages it reuses promptly.
 const MIN_SPARE_ENTRIES: usize = 64;
+
+/// How many entries ahead of a walk, in the run it took from, the bytes
+/// are prefetched; the block references twice as far.
+const PREFETCH_AHEAD: usize = 8;
 
 /// The arrays of dropped runs, kept for the next merges of a store's write
 /// buffer, by size class: every array of this length or more is made a
@@ -331,6 +336,37 @@ impl Run {
         self.entries.len()
     }
 
+    /// A walk has just taken entry `i`: starts fetching the bytes of the
+    /// entry `PREFETCH_AHEAD` further on in the walk's direction, and the
+    /// block reference of the one twice as far, which that prefetch will
+    /// need in its turn (nothing past the ends). A merged run's entries
+    /// point into the blocks of many commits, so in key order every
+    /// entry's bytes lie somewhere else in the heap, and a walk over a full
+    /// buffer waited for memory at every pair.
+    #[inline]
+    fn prefetch(&self, i: usize, forward: bool) {
+        let ahead = |d: usize| {
+            if forward {
+                i.checked_add(d)
+            } else {
+                i.checked_sub(d)
+            }
+        };
+        if let Some(e) = ahead(2 * PREFETCH_AHEAD).and_then(|f| self.entries.get(f)) {
+            if let Some(block) = self.blocks.get(e.block as usize) {
+                prefetch_line((block as *const Arc<[u8]>).cast());
+            }
+        }
+        if let Some(e) = ahead(PREFETCH_AHEAD).and_then(|f| self.entries.get(f)) {
+            if let Some(block) = self.blocks.get(e.block as usize) {
+                let at = block.as_ptr().wrapping_add(e.start as usize);
+                prefetch_line(at);
+                // kv40 pairs are 80 bytes: their end is often on the next line.
+                prefetch_line(at.wrapping_add(64));
+            }
+        }
+    }
+
     fn key(&self, i: usize) -> &[u8] {
         let e = &self.entries[i];
         &self.blocks[e.block as usize][e.start as usize..][..e.key_len as usize]
@@ -397,14 +433,28 @@ impl Run {
     }
 }
 
+/// Where a walk over a buffer's runs stands: per run, the entries not
+/// visited yet (forward takes from the start, backward from the end). A
+/// scan keeps it between the chunks it takes, so each chunk goes on where
+/// the last one stopped without searching the runs again.
+#[derive(Debug, Default)]
+pub(crate) struct WalkPosition {
+    left: Vec<(usize, usize)>,
+    forward: bool,
+}
+
+impl WalkPosition {
+    /// No entry left in any run.
+    pub fn is_done(&self) -> bool {
+        self.left.iter().all(|(s, e)| s == e)
+    }
+}
+
 /// A walk over the runs' keys within a range, in key order or in reverse:
 /// for each key, the newest run's write.
 struct Walk<'a> {
     runs: &'a [Arc<Run>],
-    /// Per run, the entries not visited yet: forward takes from the start,
-    /// backward from the end.
-    left: Vec<(usize, usize)>,
-    forward: bool,
+    at: WalkPosition,
 }
 
 /// A write a walk met: its run, its index there, and what any write of its
@@ -418,27 +468,25 @@ struct Met<'a> {
 impl<'a> Walk<'a> {
     fn new(runs: &'a [Arc<Run>], low: Bound<&[u8]>, high: Bound<&[u8]>, forward: bool) -> Self {
         Walk {
-            left: runs.iter().map(|r| r.within(low, high)).collect(),
+            at: WalkPosition {
+                left: runs.iter().map(|r| r.within(low, high)).collect(),
+                forward,
+            },
             runs,
-            forward,
         }
     }
 
     /// The index run `r` would give next, if it has one left.
     #[inline]
     fn front(&self, r: usize) -> Option<usize> {
-        let (start, end) = self.left[r];
+        let (start, end) = self.at.left[r];
         if start == end {
             None
-        } else if self.forward {
+        } else if self.at.forward {
             Some(start)
         } else {
             Some(end - 1)
         }
-    }
-
-    fn is_done(&self) -> bool {
-        self.left.iter().all(|(s, e)| s == e)
     }
 
     /// The next key's newest write.
@@ -453,7 +501,7 @@ impl<'a> Walk<'a> {
                 Some((b, bi)) => {
                     let best_run = &self.runs[b];
                     let order = self.runs[r].compare(i, best_run.heads[bi], best_run.key(bi));
-                    let first = if self.forward {
+                    let first = if self.at.forward {
                         order == KeyOrder::Less
                     } else {
                         order == KeyOrder::Greater
@@ -468,6 +516,9 @@ impl<'a> Walk<'a> {
         }
         let (b, bi) = best?;
         let run: &'a Run = &self.runs[b];
+        // This run moves on past `bi`; fetch what it will read a few
+        // entries on.
+        run.prefetch(bi, self.at.forward);
         let (head, key) = (run.heads[bi], run.key(bi));
         let mut tree = TREE_UNKNOWN;
         // Step past the key in every run that writes it.
@@ -476,8 +527,8 @@ impl<'a> Walk<'a> {
             let other = &self.runs[r];
             if r == b || (other.heads[i] == head && other.key(i) == key) {
                 tree = tree.max(other.entries[i].tree.load(Ordering::Relaxed));
-                let (start, end) = &mut self.left[r];
-                if self.forward {
+                let (start, end) = &mut self.at.left[r];
+                if self.at.forward {
                     *start += 1;
                 } else {
                     *end -= 1;
@@ -511,6 +562,10 @@ pub(crate) struct Chunk {
     next: usize,
 }
 
+// Copied, not referred to by run and index: a scan compares every buffered
+// key with the tree's and returns the pair, and reaching the bytes through
+// the run, its entry and its block each time was slower (measured with
+// `scan_bench`, `SCAN_SNAPSHOT=1`) than one copy into this contiguous chunk.
 impl Chunk {
     fn clear(&mut self) {
         self.bytes.clear();
@@ -756,28 +811,29 @@ impl WriteBuffer {
         Ok(delta)
     }
 
-    /// Replaces what `out` holds with up to `max` pairs (and deletes)
-    /// within (`low`, `high`), walking forward or backward, and returns the
-    /// bound from which the next call continues (`None`: the range is
-    /// exhausted).
-    pub fn take(
-        &self,
-        low: Bound<&[u8]>,
-        high: Bound<&[u8]>,
-        forward: bool,
-        max: usize,
-        out: &mut Chunk,
-    ) -> Option<Vec<u8>> {
+    /// Where a walk over the writes within (`low`, `high`) starts,
+    /// forward or backward, for [`take`](Self::take).
+    pub fn walk_from(&self, low: Bound<&[u8]>, high: Bound<&[u8]>, forward: bool) -> WalkPosition {
+        Walk::new(&self.runs, low, high, forward).at
+    }
+
+    /// Replaces what `out` holds with the next (up to) `max` writes from
+    /// `at`, one per key, the newest (puts and deletes), and moves `at`
+    /// past them. `at` must come from this buffer's
+    /// [`walk_from`](Self::walk_from).
+    pub fn take(&self, at: &mut WalkPosition, max: usize, out: &mut Chunk) {
         assert!(max > 0, "a chunk holds at least one pair");
+        assert_eq!(at.left.len(), self.runs.len(), "a position in this buffer");
         out.clear();
-        let mut walk = Walk::new(&self.runs, low, high, forward);
-        while let Some(m) = walk.next() {
+        let mut walk = Walk {
+            runs: &self.runs,
+            at: std::mem::take(at),
+        };
+        while out.pairs.len() < max {
+            let Some(m) = walk.next() else { break };
             out.push(m.run.key(m.at), m.run.value(m.at));
-            if out.pairs.len() == max {
-                return (!walk.is_done()).then(|| m.run.key(m.at).to_vec());
-            }
         }
-        None
+        *at = walk.at;
     }
 }
 
@@ -792,9 +848,8 @@ mod tests {
 
     fn drain(c: &mut Chunk, into: &mut Vec<BufferedPair>) {
         while !c.is_empty() {
+            let key = c.front_key().unwrap().to_vec();
             let i = c.pop();
-            let key = c.pairs[i];
-            let key = c.bytes[key.0..key.1].to_vec();
             let value = (!c.is_delete(i)).then(|| c.pair(i).1.to_vec());
             into.push((key, value));
         }
@@ -893,9 +948,14 @@ mod tests {
         let b = WriteBuffer::default().with(b"m", Some(b"1"));
         let mut out = Chunk::default();
         let low = Bound::Excluded(b"z".as_slice());
-        assert_eq!(b.take(low, Bound::Included(b"a"), true, 8, &mut out), None);
+        let mut walk = b.walk_from(low, Bound::Included(b"a"), true);
+        assert!(walk.is_done());
+        b.take(&mut walk, 8, &mut out);
+        assert!(out.is_empty());
         let at = Bound::Excluded(b"m".as_slice());
-        assert_eq!(b.take(at, at, false, 8, &mut out), None);
+        let mut walk = b.walk_from(at, at, false);
+        assert!(walk.is_done());
+        b.take(&mut walk, 8, &mut out);
         assert!(out.is_empty());
     }
 
@@ -967,19 +1027,14 @@ mod tests {
                 for forward in [true, false] {
                     let mut got = Vec::new();
                     let mut chunk = Chunk::default();
-                    let mut from: Option<Vec<u8>> = None;
-                    loop {
-                        let next = match (&from, forward) {
-                            (None, _) => b.take(Bound::Included(&lo), Bound::Excluded(&hi), forward, 3, &mut chunk),
-                            (Some(f), true) => b.take(Bound::Excluded(f), Bound::Excluded(&hi), true, 3, &mut chunk),
-                            (Some(f), false) => b.take(Bound::Included(&lo), Bound::Excluded(f), false, 3, &mut chunk),
-                        };
+                    let mut walk = b.walk_from(Bound::Included(&lo), Bound::Excluded(&hi), forward);
+                    while !walk.is_done() {
+                        b.take(&mut walk, 3, &mut chunk);
+                        prop_assert!(!chunk.is_empty(), "a walk not done takes something");
                         drain(&mut chunk, &mut got);
-                        match next {
-                            Some(f) => from = Some(f),
-                            None => break,
-                        }
                     }
+                    b.take(&mut walk, 3, &mut chunk);
+                    prop_assert!(chunk.is_empty());
                     let mut want = want.clone();
                     if !forward {
                         want.reverse();

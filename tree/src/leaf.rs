@@ -590,7 +590,7 @@ pub fn merge_into<'a>(
 /// Asks the CPU to start fetching the cache line holding `at` (a hint: no
 /// effect on memory or program state; a no-op off x86_64).
 #[inline]
-pub(crate) fn prefetch_line(at: *const u8) {
+pub fn prefetch_line(at: *const u8) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};

@@ -22,7 +22,7 @@ mod read;
 pub use apply::{apply, Applied, TreeConfig};
 pub use check::{check_tree, CheckReport};
 pub use checkpoint::{release_written, root_children, write_tree, PageSink, TreeWrite, WriteStats};
-pub use leaf::{compare_keys, head as key_head, ValueRef, INLINE_VALUE_MAX};
+pub use leaf::{compare_keys, head as key_head, prefetch_line, ValueRef, INLINE_VALUE_MAX};
 pub use node::{DiskRef, Node};
 pub use page::MAX_LEVEL;
 pub use pager::{Durable, Pager, PagerStats};
