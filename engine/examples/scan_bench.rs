@@ -25,10 +25,8 @@ fn main() -> common::Result<()> {
     // What the store may still be doing when the scans start:
     // `SCAN_AFTER=checkpoint` (the default) checkpoints first, `now` scans
     // at once, `MS` waits that many milliseconds.
-    match std::env::var("SCAN_AFTER")
-        .as_deref()
-        .unwrap_or("checkpoint")
-    {
+    let after = std::env::var("SCAN_AFTER").unwrap_or_else(|_| "checkpoint".into());
+    match after.as_str() {
         "checkpoint" => db.checkpoint()?,
         "now" => {}
         ms => std::thread::sleep(std::time::Duration::from_millis(ms.parse()?)),
@@ -46,7 +44,7 @@ fn main() -> common::Result<()> {
     // The statistics count the buffered keys, a tree lookup each, long
     // enough for the idle merge to empty the buffer: with `now` they wait
     // until after the scans.
-    let now = std::env::var("SCAN_AFTER").as_deref() == Ok("now");
+    let now = after == "now";
     if !now || snapshot.is_some() {
         // (With a snapshot the scans meet what it holds, however long this takes.)
         print_stats("before the scans")?;
