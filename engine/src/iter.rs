@@ -374,8 +374,12 @@ impl Scan {
             if self.buffered.is_empty() {
                 self.refill();
             }
-            let tree_key = (self.cursor.is_valid() && self.in_range(self.cursor.key()))
-                .then(|| self.cursor.key());
+            let tree_key = if self.cursor.is_valid() {
+                let key = self.cursor.key();
+                self.in_range(key).then_some(key)
+            } else {
+                None
+            };
             let from_buffer = match (tree_key, self.buffered.front_key()) {
                 (None, None) => {
                     self.done = true;

@@ -13,7 +13,7 @@
 //! the last live entry before it. Where both runs hold a key the delta's
 //! entry wins, and a tombstone hides the key.
 
-use crate::leaf::{Entry, LeafData};
+use crate::leaf::{compare_keys, Entry, LeafData};
 use crate::node::Node;
 use crate::pager::Pager;
 use kivi_log::Error;
@@ -110,17 +110,27 @@ impl LeafView {
     #[inline]
     pub(crate) fn after(&mut self) -> Option<At> {
         loop {
-            let b = (self.bi < self.base.len()).then(|| self.base.key(self.bi));
-            let d = (self.di < self.delta.len()).then(|| self.delta.key(self.di));
-            let at = match (b, d) {
-                (None, None) => return None,
-                (Some(_), None) => self.at_base(),
-                (None, Some(_)) => self.at_delta(false),
-                (Some(b), Some(d)) => match d.cmp(b) {
-                    Ordering::Less => self.at_delta(false),
-                    Ordering::Equal => self.at_delta(true),
-                    Ordering::Greater => self.at_base(),
-                },
+            let in_base = self.bi < self.base.len();
+            let at = if self.di < self.delta.len() {
+                if in_base {
+                    match compare_keys(self.delta.key(self.di), self.base.key(self.bi)) {
+                        Ordering::Less => self.at_delta(false),
+                        Ordering::Equal => self.at_delta(true),
+                        Ordering::Greater => self.at_base(),
+                    }
+                } else {
+                    self.at_delta(false)
+                }
+            } else if in_base {
+                // Past the delta (most steps: a delta holds a few entries
+                // over a full base), a base without tombstones needs no
+                // look at its entry.
+                if self.base.tombstones() == 0 {
+                    return Some(self.at_base());
+                }
+                self.at_base()
+            } else {
+                return None;
             };
             if !matches!(self.entry(at), Entry::Tombstone) {
                 return Some(at);
