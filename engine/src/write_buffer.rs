@@ -543,6 +543,9 @@ impl<'a> Walk<'a> {
             (Some(ia), Some(ib)) => (ia, ib),
             (ia, _) => return ia.is_some(),
         };
+        // Heads first, as `Run::compare` does, but reaching for `b`'s key
+        // only when they tie (a match is played at every level of every
+        // step; `compare` takes the key made already).
         let (ra, rb) = (&self.runs[a], &self.runs[b]);
         let order = match ra.heads[ia].cmp(&rb.heads[ib]) {
             KeyOrder::Equal => compare_keys(ra.key(ia), rb.key(ib)),
@@ -599,7 +602,7 @@ impl<'a> Walk<'a> {
             let r = self.losers[0];
             let Some(i) = self.front(r) else { break };
             let other = &self.runs[r];
-            if other.heads[i] != head || compare_keys(other.key(i), key) != KeyOrder::Equal {
+            if other.compare(i, head, key) != KeyOrder::Equal {
                 break;
             }
             tree = tree.max(other.entries[i].tree.load(Ordering::Relaxed));
