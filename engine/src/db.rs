@@ -706,9 +706,9 @@ impl Inner {
             old_epoch = Some(Arc::downgrade(&next.epoch));
             next.epoch = Arc::new(Epoch);
         }
-        let old = self.published.swap(Arc::new(next));
+        let next = Arc::new(next);
+        let old = self.published.swap(next.clone());
         drop(base);
-        self.reclaimer.dispose(old);
         for (r, t) in replies.iter_mut().zip(group) {
             if let Request::Checkpoint { record, .. } = &t.request {
                 *r = Some(Ok(Reply::Checkpoint {
@@ -719,6 +719,10 @@ impl Inner {
         }
         let log_file_bytes = w.log.bytes();
         drop(guard);
+        // Outside the writer lock: the next group's leader need not wait
+        // for it.
+        self.reclaimer.superseded(old, &next);
+        drop(next);
         self.counters.group_commits.fetch_add(1, Ordering::Relaxed);
         self.counters
             .batches

@@ -54,6 +54,35 @@ impl Version {
     }
 }
 
+/// A superseded version whose own runs hold at most this many entries and
+/// commits, and which shares its tree and epoch with its successor, is
+/// dropped in place: that is a few frees, cheaper than waking the reclaim
+/// thread (a futex wake and two context switches per commit, 9% of
+/// `kivi serve`'s CPU under single SETs from 50 clients).
+const DROP_IN_PLACE_ENTRIES: usize = 4096;
+const DROP_IN_PLACE_COMMITS: usize = 256;
+
+impl Version {
+    /// Whether dropping this version after `next` replaced it frees little
+    /// (see `DROP_IN_PLACE_ENTRIES`): the same tree, the same epoch (no
+    /// checkpoint between them), and few buffered writes of its own.
+    pub fn frees_little_beside(&self, next: &Version) -> bool {
+        let same_root = match (&self.root, &next.root) {
+            (None, None) => true,
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        };
+        if !same_root || !Arc::ptr_eq(&self.epoch, &next.epoch) {
+            return false;
+        }
+        if Arc::ptr_eq(&self.buffer, &next.buffer) {
+            return true;
+        }
+        let (entries, commits) = self.buffer.released_beside(&next.buffer);
+        entries <= DROP_IN_PLACE_ENTRIES && commits <= DROP_IN_PLACE_COMMITS
+    }
+}
+
 impl std::fmt::Debug for Version {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Version")
@@ -94,6 +123,18 @@ impl Default for Reclaimer {
 }
 
 impl Reclaimer {
+    /// Ends the published life of `version`, which `next` replaced: freed
+    /// here when that is cheap (see `Version::frees_little_beside`) or a
+    /// reader still holds it (then this is only a count going down), else
+    /// elsewhere.
+    pub fn superseded(&self, version: Arc<Version>, next: &Version) {
+        if Arc::strong_count(&version) > 1 || version.frees_little_beside(next) {
+            drop(version);
+        } else {
+            self.dispose(version);
+        }
+    }
+
     /// Frees `version` elsewhere, or here when the queue is full (which also
     /// slows a writer that outruns the freeing).
     pub fn dispose(&self, version: Arc<Version>) {
@@ -118,5 +159,62 @@ impl Reclaimer {
         if Arc::strong_count(&version) == 1 {
             self.dispose(version);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::write_buffer::SpareArrays;
+
+    fn group(keys: &[Vec<u8>]) -> Vec<(&[u8], Option<&[u8]>)> {
+        keys.iter()
+            .map(|k| (k.as_slice(), Some(&b"v"[..])))
+            .collect()
+    }
+
+    fn keys(from: u32, n: u32) -> Vec<Vec<u8>> {
+        (from..from + n)
+            .map(|i| format!("k{i:06}").into_bytes())
+            .collect()
+    }
+
+    #[test]
+    fn only_a_cheap_superseded_version_is_dropped_in_place() {
+        let spares = SpareArrays::new(1 << 24);
+        let v = Version::default();
+        assert!(v.frees_little_beside(&v.clone()), "nothing of its own");
+
+        let checkpointed = Version {
+            epoch: Arc::new(Epoch),
+            ..v.clone()
+        };
+        assert!(
+            !v.frees_little_beside(&checkpointed),
+            "a checkpoint between them: the cleaner waits on the old epoch"
+        );
+
+        // One small commit on top of another: the one-write run the first
+        // added is merged into the second's and released.
+        let with = |base: &Version, ks: &[Vec<u8>]| Version {
+            buffer: Arc::new(base.buffer.with_group(&group(ks), &spares)),
+            ..base.clone()
+        };
+        let one = with(&v, &keys(0, 1));
+        let two = with(&one, &keys(1, 1));
+        assert_eq!(one.buffer.released_beside(&two.buffer), (1, 1));
+        assert!(one.frees_little_beside(&two));
+        // A run added below a larger one releases nothing.
+        let three = with(&two, &keys(2, 1));
+        assert_eq!(two.buffer.released_beside(&three.buffer), (0, 0));
+
+        // A commit that merges away a run larger than the limit.
+        let big = with(&v, &keys(10, DROP_IN_PLACE_ENTRIES as u32 + 1));
+        let bigger = with(&big, &keys(100_000, DROP_IN_PLACE_ENTRIES as u32 + 1));
+        assert_eq!(
+            big.buffer.released_beside(&bigger.buffer),
+            (DROP_IN_PLACE_ENTRIES + 1, 1)
+        );
+        assert!(!big.frees_little_beside(&bigger));
     }
 }

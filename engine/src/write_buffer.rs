@@ -750,6 +750,19 @@ impl WriteBuffer {
         self.runs.is_empty()
     }
 
+    /// What dropping this buffer releases once `next` has replaced it:
+    /// (entries, commits) of its runs that `next` no longer holds. A commit
+    /// adds one run and merges it with the small runs below, so this is
+    /// usually a few small runs, now and then a large one.
+    pub fn released_beside(&self, next: &WriteBuffer) -> (usize, usize) {
+        self.runs
+            .iter()
+            .filter(|r| !next.runs.iter().any(|n| Arc::ptr_eq(r, n)))
+            .fold((0, 0), |(e, b), r| {
+                (e + r.entries.len(), b + r.blocks.len())
+            })
+    }
+
     /// Memory held, estimated: every write added since the buffer was
     /// empty (replaced ones too: their bytes stay in their blocks).
     pub fn bytes(&self) -> u64 {
