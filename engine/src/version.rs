@@ -104,7 +104,8 @@ const RECLAIM_QUEUE: usize = 8;
 /// Drops superseded versions on a thread of its own. Replacing a version
 /// frees every node the new one no longer shares (a thousand or so for a
 /// batch of random updates); doing that on the committing thread would
-/// delay the next commit.
+/// delay the next commit. A version that frees little is dropped by the
+/// commit itself (`superseded`): waking this thread would cost more.
 pub(crate) struct Reclaimer {
     tx: Mutex<Option<SyncSender<Arc<Version>>>>,
 }

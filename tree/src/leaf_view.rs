@@ -125,10 +125,11 @@ impl LeafView {
                 // Past the delta (most steps: a delta holds a few entries
                 // over a full base), a base without tombstones needs no
                 // look at its entry.
+                let at = self.at_base();
                 if self.base.tombstones() == 0 {
-                    return Some(self.at_base());
+                    return Some(at);
                 }
-                self.at_base()
+                at
             } else {
                 return None;
             };
