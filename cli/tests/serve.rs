@@ -986,3 +986,20 @@ fn sigterm_answers_what_was_read_then_exits_cleanly() {
         );
     }
 }
+
+#[cfg(target_os = "linux")]
+#[test]
+fn the_server_runs_without_transparent_huge_pages() {
+    // Linux reports the process's THP flag (PR_SET_THP_DISABLE) here.
+    let status = |pid: u32| std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let server = Server::start(&tmp.path().join("store"));
+    let line = status(server.child.id())
+        .lines()
+        .find(|l| l.starts_with("THP_enabled:"))
+        .map(str::to_string);
+    // Kernels before 6.0 do not report the flag; nothing to check there.
+    if let Some(line) = line {
+        assert_eq!(line.split_whitespace().nth(1), Some("0"), "{line}");
+    }
+}
