@@ -33,6 +33,17 @@ use std::sync::Arc;
 /// that the buffer would save little.
 const DIRECT_APPLY_OPS: usize = 1 << 16;
 
+/// Groups of at least this many operations that would go straight into the
+/// tree have a smaller write buffer merged first (see `commit_group`).
+const FLUSH_BEFORE_DIRECT_MIN_OPS: usize = 256;
+
+/// Bytes of a group's keys and values.
+fn group_bytes(ops: &[(&[u8], Option<&[u8]>)]) -> u64 {
+    ops.iter()
+        .map(|(k, v)| (k.len() + v.map_or(0, |v| v.len())) as u64)
+        .sum()
+}
+
 /// Keys of a group sampled to tell whether they crowd into few leaves.
 const DENSITY_SAMPLES: usize = 16;
 
@@ -605,7 +616,21 @@ impl Inner {
         // keys crowd into few leaves (a load in key order, an ordered
         // rewrite of a range) and large groups gain nothing from the buffer
         // (each leaf they touch gets many keys anyway), so they go to the
-        // tree while the buffer is empty.
+        // tree while the buffer is empty. A buffer holding less than such a
+        // group is merged into the tree first: else one small group ahead
+        // of an ordered load (a server's first short read) would send every
+        // group after it through the buffer and its merge, twice the work.
+        if op_refs.len() >= FLUSH_BEFORE_DIRECT_MIN_OPS
+            && !base.buffer.is_empty()
+            && base.buffer.bytes() <= group_bytes(&ops)
+            && (op_refs.len() >= DIRECT_APPLY_OPS || self.dense(&base, &ops))
+        {
+            // On failure the group is buffered, as before; the next merge
+            // reports the error.
+            if let Ok(merged) = self.merge_buffer(&base, false) {
+                base = merged;
+            }
+        }
         let buffered = !op_refs.is_empty()
             && (!base.buffer.is_empty()
                 || (op_refs.len() < DIRECT_APPLY_OPS && !self.dense(&base, &ops)));

@@ -529,3 +529,57 @@ fn scattered_writes_are_buffered_and_crowded_ones_go_to_the_tree() {
         Some(&b"scattered"[..])
     );
 }
+
+#[test]
+fn a_small_buffer_is_merged_before_a_crowded_group_goes_to_the_tree() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = open(tmp.path());
+    let key = |i: u32| format!("key{i:08}").into_bytes();
+    let write = |keys: &mut dyn Iterator<Item = u32>, value: &[u8]| {
+        let mut b = WriteBatch::new();
+        for i in keys {
+            b.put(key(i), value.to_vec()).unwrap();
+        }
+        db.write(b).unwrap();
+    };
+    for c in 0..20 {
+        write(&mut (c * 1000..(c + 1) * 1000), b"loaded");
+    }
+    // A few scattered writes are buffered (one of them, 8973, falls in the
+    // run rewritten next)...
+    write(&mut (0..20_000).step_by(997), b"scattered");
+    let before = db.stats().unwrap();
+    // ...and a rewrite of a run of neighbours, larger than the buffer,
+    // merges them into the tree first and goes there itself: nothing is
+    // left buffered. (Unless the background merged the buffer in between,
+    // after 20 ms without writes; the outcome is the same.)
+    write(&mut (8000..9000), b"crowded");
+    let st = db.stats().unwrap();
+    assert_eq!(st.buffered_keys, 0, "{before:?} then {st:?}");
+    assert_eq!(st.buffer_merges, 1, "{st:?}");
+    assert_eq!(st.pairs, 20_000);
+    // The later write wins where both wrote; the rest is as written.
+    assert_eq!(
+        db.get(&key(8973)).unwrap().as_deref(),
+        Some(&b"crowded"[..])
+    );
+    assert_eq!(
+        db.get(&key(8500)).unwrap().as_deref(),
+        Some(&b"crowded"[..])
+    );
+    assert_eq!(
+        db.get(&key(997)).unwrap().as_deref(),
+        Some(&b"scattered"[..])
+    );
+    assert_eq!(db.get(&key(1)).unwrap().as_deref(), Some(&b"loaded"[..]));
+    drop(db);
+    let db = open(tmp.path());
+    assert_eq!(
+        db.get(&key(8973)).unwrap().as_deref(),
+        Some(&b"crowded"[..])
+    );
+    assert_eq!(
+        db.get(&key(997)).unwrap().as_deref(),
+        Some(&b"scattered"[..])
+    );
+}
