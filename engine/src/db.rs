@@ -625,10 +625,12 @@ impl Inner {
             && base.buffer.bytes() <= group_bytes(&ops)
             && (op_refs.len() >= DIRECT_APPLY_OPS || self.dense(&base, &ops))
         {
-            // On failure the group is buffered, as before; the next merge
-            // reports the error.
-            if let Ok(merged) = self.merge_buffer(&base, false) {
-                base = merged;
+            // On failure the group is buffered, as before.
+            match self.merge_buffer(&base, false) {
+                Ok(merged) => base = merged,
+                Err(e) => {
+                    *self.last_error.lock() = Some(format!("merging the write buffer: {e}"));
+                }
             }
         }
         let buffered = !op_refs.is_empty()
