@@ -14,7 +14,7 @@ use crate::page_log::PageLog;
 use crate::pipeline::{Pipeline, Reply, Request, Ticket, WriteOutcome};
 use crate::recovery::recover;
 use crate::version::{Epoch, Reclaimer, Version};
-use crate::write_buffer::{Lookup, SpareArrays};
+use crate::write_buffer::{Lookup, SpareArrays, WriteBuffer};
 use arc_swap::ArcSwap;
 use kivi_log::{CheckpointRecord, CommitRecord, OpRef, RecordType, SegmentIds};
 use kivi_storage::{LocalDir, Storage};
@@ -36,13 +36,6 @@ const DIRECT_APPLY_OPS: usize = 1 << 16;
 /// Groups of at least this many operations that would go straight into the
 /// tree have a smaller write buffer merged first (see `commit_group`).
 const FLUSH_BEFORE_DIRECT_MIN_OPS: usize = 256;
-
-/// Bytes of a group's keys and values.
-fn group_bytes(ops: &[(&[u8], Option<&[u8]>)]) -> u64 {
-    ops.iter()
-        .map(|(k, v)| (k.len() + v.map_or(0, |v| v.len())) as u64)
-        .sum()
-}
 
 /// Keys of a group sampled to tell whether they crowd into few leaves.
 const DENSITY_SAMPLES: usize = 16;
@@ -620,22 +613,25 @@ impl Inner {
         // group is merged into the tree first: else one small group ahead
         // of an ordered load (a server's first short read) would send every
         // group after it through the buffer and its merge, twice the work.
-        if op_refs.len() >= FLUSH_BEFORE_DIRECT_MIN_OPS
+        let crowded = |base: &Version| op_refs.len() >= DIRECT_APPLY_OPS || self.dense(base, &ops);
+        let mut buffered = !op_refs.is_empty() && (!base.buffer.is_empty() || !crowded(&base));
+        if buffered
+            && op_refs.len() >= FLUSH_BEFORE_DIRECT_MIN_OPS
             && !base.buffer.is_empty()
-            && base.buffer.bytes() <= group_bytes(&ops)
-            && (op_refs.len() >= DIRECT_APPLY_OPS || self.dense(&base, &ops))
+            && base.buffer.bytes() <= WriteBuffer::group_cost(&ops)
+            && crowded(&base)
         {
             // On failure the group is buffered, as before.
             match self.merge_buffer(&base, false) {
-                Ok(merged) => base = merged,
+                Ok(merged) => {
+                    base = merged;
+                    buffered = false;
+                }
                 Err(e) => {
                     *self.last_error.lock() = Some(format!("merging the write buffer: {e}"));
                 }
             }
         }
-        let buffered = !op_refs.is_empty()
-            && (!base.buffer.is_empty()
-                || (op_refs.len() < DIRECT_APPLY_OPS && !self.dense(&base, &ops)));
         let applied = if op_refs.is_empty() || buffered {
             None
         } else {

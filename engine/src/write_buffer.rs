@@ -763,6 +763,16 @@ impl WriteBuffer {
             })
     }
 
+    /// Memory a group of writes (sorted, one per key) adds to a buffer, as
+    /// `bytes` counts it.
+    pub fn group_cost(ops: &[(&[u8], Option<&[u8]>)]) -> u64 {
+        let bytes: usize = ops
+            .iter()
+            .map(|(k, v)| k.len() + v.map_or(0, <[u8]>::len))
+            .sum();
+        bytes as u64 + ops.len() as u64 * ENTRY_OVERHEAD + BLOCK_OVERHEAD
+    }
+
     /// Memory held, estimated: every write added since the buffer was
     /// empty (replaced ones too: their bytes stay in their blocks).
     pub fn bytes(&self) -> u64 {
@@ -802,11 +812,7 @@ impl WriteBuffer {
         for (key, _) in ops {
             filter.insert(key);
         }
-        let bytes: usize = ops
-            .iter()
-            .map(|(k, v)| k.len() + v.map_or(0, <[u8]>::len))
-            .sum();
-        let added = bytes as u64 + ops.len() as u64 * ENTRY_OVERHEAD + BLOCK_OVERHEAD;
+        let added = Self::group_cost(ops);
         let mut run = Run::of_group(ops, spares);
         let mut runs = self.runs.clone();
         while let Some(below) = runs.last() {
