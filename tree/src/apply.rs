@@ -8,8 +8,8 @@
 //! it merges with a sibling, and the root grows or shrinks a level as needed.
 
 use crate::leaf::{
-    compare_keys, entry_size, head, merge_into, BigValue, Entry, LeafData, ValueRef,
-    INLINE_VALUE_MAX,
+    compare_keys, compare_past_heads, entry_size, head, merge_into, BigValue, Entry, LeafData,
+    ValueRef, INLINE_VALUE_MAX,
 };
 use crate::node::{Body, ChildRef, InternalData, LeafBase, Node, Patches};
 
@@ -229,7 +229,7 @@ fn is_big(op: &OpRef<'_>) -> bool {
 #[inline]
 fn below(key: &[u8], sep: &[u8], sep_head: u64) -> bool {
     match head(key).cmp(&sep_head) {
-        std::cmp::Ordering::Equal => key < sep,
+        std::cmp::Ordering::Equal => compare_past_heads(key, sep).is_lt(),
         o => o == std::cmp::Ordering::Less,
     }
 }

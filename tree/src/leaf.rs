@@ -2,6 +2,11 @@
 //! one byte arena, plus an array of 8-byte key *heads* that binary search
 //! touches first, so a lookup reads few cache lines.
 //!
+//! Heads are taken past the prefix every key of the leaf shares (its
+//! *skip*): keys like `user:000123` or kivaloo's (an 8-byte group number,
+//! then a hash) share their first bytes across thousands of keys, and heads
+//! of those bytes would all tie, sending every comparison to the full keys.
+//!
 //! The same structure serves as a leaf's *delta*: a small sorted set of recent
 //! changes (puts and tombstones) laid over an immutable base, so that changing
 //! one key of a leaf does not copy the whole leaf (see node.rs).
@@ -46,7 +51,7 @@ pub fn compare_keys(a: &[u8], b: &[u8]) -> Ordering {
 /// its key in the tree), and the call to `memcmp` a slice comparison makes
 /// cost more than the comparison itself for short keys.
 #[inline]
-fn compare_past_heads(a: &[u8], b: &[u8]) -> Ordering {
+pub(crate) fn compare_past_heads(a: &[u8], b: &[u8]) -> Ordering {
     let (Some((_, mut a_rest)), Some((_, mut b_rest))) =
         (a.split_first_chunk::<8>(), b.split_first_chunk::<8>())
     else {
@@ -72,6 +77,8 @@ fn compare_past_heads(a: &[u8], b: &[u8]) -> Ordering {
 }
 
 /// Binary search over sorted keys given their heads; like `slice::binary_search`.
+/// `key_at(i)` and `key` are the keys past the same skipped prefix, and the
+/// heads are theirs.
 #[inline]
 pub fn search_heads<'a>(
     heads: &[u64],
@@ -84,7 +91,7 @@ pub fn search_heads<'a>(
     while lo < hi {
         let mid = lo + (hi - lo) / 2;
         let ord = match heads[mid].cmp(&h) {
-            Ordering::Equal => key_at(mid).cmp(key),
+            Ordering::Equal => compare_past_heads(key_at(mid), key),
             o => o,
         };
         match ord {
@@ -94,6 +101,39 @@ pub fn search_heads<'a>(
         }
     }
     Err(lo)
+}
+
+/// Length of the longest common prefix of `a` and `b`.
+#[inline]
+pub fn common_prefix_len(a: &[u8], b: &[u8]) -> usize {
+    let n = a.len().min(b.len());
+    let (mut a_words, mut b_words) = (a[..n].chunks_exact(8), b[..n].chunks_exact(8));
+    let mut at = 0;
+    for (x, y) in (&mut a_words).zip(&mut b_words) {
+        let diff = u64::from_be_bytes(x.try_into().expect("8 bytes"))
+            ^ u64::from_be_bytes(y.try_into().expect("8 bytes"));
+        if diff != 0 {
+            return at + diff.leading_zeros() as usize / 8;
+        }
+        at += 8;
+    }
+    let rest = a_words.remainder().iter().zip(b_words.remainder());
+    at + rest.take_while(|(x, y)| x == y).count()
+}
+
+/// Where `key` falls against a run of sorted keys that all start with
+/// `prefix`: `Ok(rest)` when it starts with the prefix too (`rest` is the
+/// key past it, ordered among theirs as the whole keys are), else whether
+/// it sorts before all of them (`Err(Less)`) or after (`Err(Greater)`).
+#[inline]
+pub fn past_prefix<'k>(key: &'k [u8], prefix: &[u8]) -> Result<&'k [u8], Ordering> {
+    match key.get(..prefix.len()) {
+        Some(p) if p == prefix => Ok(&key[prefix.len()..]),
+        Some(p) => Err(p.cmp(prefix)),
+        // Shorter than the prefix: it cannot equal it, and if it is a
+        // prefix of it, it sorts first.
+        None => Err(key.cmp(prefix)),
+    }
 }
 
 /// Where something was written, and by which checkpoint. A checkpoint that
@@ -276,6 +316,9 @@ pub struct LeafData {
     data_cap: u32,
     n: u32,
     data_len: u32,
+    /// Bytes every key shares with the first (the common prefix of the
+    /// first and last keys, as keys are sorted); heads are taken past them.
+    skip: u32,
     bigs: Vec<Arc<BigValue>>,
     size: usize,
     tombstones: usize,
@@ -470,8 +513,18 @@ impl LeafData {
     #[inline]
     pub fn find(&self, key: &[u8]) -> Result<usize, usize> {
         let n = self.n as usize;
+        let skip = self.skip as usize;
+        let key = if skip == 0 {
+            key
+        } else {
+            match past_prefix(key, &self.key(0)[..skip]) {
+                Ok(rest) => rest,
+                Err(Ordering::Less) => return Err(0),
+                Err(_) => return Err(n),
+            }
+        };
         if n <= 2 * SUMMARY_STRIDE {
-            return search_heads(self.heads(), key, |i| self.key(i));
+            return search_heads(self.heads(), key, |i| &self.key(i)[skip..]);
         }
         // The summary narrows the search to the blocks whose heads can equal
         // the key's: entries before block `below - 1` have smaller heads,
@@ -483,9 +536,27 @@ impl LeafData {
         let lo = below.saturating_sub(1) * SUMMARY_STRIDE;
         let hi = (up_to * SUMMARY_STRIDE).min(n);
         let heads = &self.heads()[lo..hi];
-        match search_heads(heads, key, |i| self.key(lo + i)) {
+        match search_heads(heads, key, |i| &self.key(lo + i)[skip..]) {
             Ok(i) => Ok(lo + i),
             Err(i) => Err(lo + i),
+        }
+    }
+
+    /// Takes heads (and the summary) past `skip` bytes of every key: the
+    /// prefix they share shrank. Each shrink costs a pass over the entries;
+    /// it only ever shrinks, and rarely after the first few keys.
+    fn set_skip(&mut self, skip: usize) {
+        debug_assert!(skip < self.skip as usize);
+        self.skip = skip as u32;
+        let n = self.n as usize;
+        let heads_at = self.layout().heads;
+        let fresh: Vec<u64> = (0..n).map(|i| head(&self.key(i)[skip..])).collect();
+        let buf = Arc::get_mut(&mut self.buf).expect("a leaf being built is not shared");
+        for (i, h) in fresh.into_iter().enumerate() {
+            buf[heads_at + i] = h;
+            if i.is_multiple_of(SUMMARY_STRIDE) {
+                buf[i / SUMMARY_STRIDE] = h;
+            }
         }
     }
 
@@ -523,6 +594,15 @@ impl LeafData {
             let data = (self.data_len as usize + bytes).max(2 * self.data_cap as usize);
             self.relayout(entries, data);
         }
+        if self.n == 0 {
+            self.skip = key.len() as u32;
+        } else {
+            let skip = self.skip as usize;
+            let shared = common_prefix_len(&self.key(0)[..skip], key);
+            if shared < skip {
+                self.set_skip(shared);
+            }
+        }
         let n = self.n as usize;
         let layout = self.layout();
         let data_start = layout.data;
@@ -548,10 +628,11 @@ impl LeafData {
                 (KIND_TOMBSTONE, 0, 0)
             }
         };
+        let h = head(&key[self.skip as usize..]);
         let buf = Arc::get_mut(&mut self.buf).expect("a leaf being built is not shared");
-        buf[layout.heads + n] = head(key);
+        buf[layout.heads + n] = h;
         if n.is_multiple_of(SUMMARY_STRIDE) {
-            buf[n / SUMMARY_STRIDE] = head(key);
+            buf[n / SUMMARY_STRIDE] = h;
         }
         let slot = Slot {
             key_off,
@@ -684,6 +765,78 @@ mod tests {
             proptest::prop_assert_eq!(compare_keys(&b, &a), b.cmp(&a));
             proptest::prop_assert_eq!(compare_keys(&a, &a), std::cmp::Ordering::Equal);
         }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn find_agrees_with_binary_search_past_a_shared_prefix(
+            prefix in near_key(),
+            tails in proptest::collection::btree_set(near_key(), 1..80),
+            probes in proptest::collection::vec(near_key(), 0..40),
+            cut in 0usize..30,
+        ) {
+            // Keys sharing `prefix` (so heads are taken past it), and
+            // probes inside, before, after and partway into the prefix.
+            let keys: Vec<Vec<u8>> = tails.iter().map(|t| [&prefix[..], t].concat()).collect();
+            let mut leaf = LeafData::default();
+            for k in &keys {
+                leaf.push(k, Entry::Value(ValueRef::Inline(b"v")));
+            }
+            proptest::prop_assert!(leaf.skip as usize >= prefix.len());
+            let mut all: Vec<Vec<u8>> = keys.clone();
+            all.push(prefix[..cut.min(prefix.len())].to_vec());
+            for p in &probes {
+                all.push(p.clone());
+                all.push([&prefix[..], p].concat());
+                all.push([&prefix[..cut.min(prefix.len())], p].concat());
+            }
+            for k in &keys {
+                all.push([&k[..], &[0]].concat());
+                all.push(k[..k.len().saturating_sub(1)].to_vec());
+            }
+            for p in &all {
+                proptest::prop_assert_eq!(leaf.find(p), keys.binary_search(p), "probe {:?}", p);
+            }
+        }
+    }
+
+    #[test]
+    fn the_skipped_prefix_shrinks_as_keys_diverge() {
+        // Each key shares less with the first than the one before, so the
+        // heads are taken again, past a shorter prefix, several times.
+        let keys: Vec<Vec<u8>> = (0..20u8)
+            .map(|i| {
+                let mut k = vec![b'a'; 24];
+                k[23 - i as usize] = b'b';
+                k.push(i);
+                k
+            })
+            .collect();
+        let mut leaf = LeafData::default();
+        for (i, k) in keys.iter().enumerate() {
+            leaf.push(k, Entry::Value(ValueRef::Inline(b"v")));
+            if i > 0 {
+                assert_eq!(leaf.skip as usize, common_prefix_len(&keys[0], k));
+            }
+            for (j, probe) in keys[..=i].iter().enumerate() {
+                assert_eq!(leaf.find(probe), Ok(j), "after {i} pushes");
+            }
+            assert_eq!(leaf.find(b"a"), Err(0));
+            assert_eq!(leaf.find(b"c"), Err(i + 1));
+        }
+    }
+
+    #[test]
+    fn common_prefix_len_counts_equal_leading_bytes() {
+        assert_eq!(common_prefix_len(b"", b"abc"), 0);
+        assert_eq!(common_prefix_len(b"abc", b"abc"), 3);
+        assert_eq!(common_prefix_len(b"abcdefghij", b"abcdefghiX"), 9);
+        assert_eq!(common_prefix_len(b"abcdefghij", b"abcXefghij"), 3);
+        assert_eq!(
+            common_prefix_len(b"abcdefghijklmnopq", b"abcdefghijklmnopq!"),
+            17
+        );
+        assert_eq!(common_prefix_len(b"\x00\x01", b"\x00\x02"), 1);
     }
 
     #[test]

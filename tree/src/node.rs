@@ -16,7 +16,7 @@
 //! The one piece of interior mutability, monotone and invisible to readers'
 //! results, is `Node::written`: where a checkpoint wrote this node.
 
-use crate::leaf::{head, search_heads, LeafData, Written};
+use crate::leaf::{common_prefix_len, head, past_prefix, search_heads, LeafData, Written};
 use kivi_log::PageRef;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtomicOrdering};
 use std::sync::{Arc, OnceLock};
@@ -123,7 +123,10 @@ impl ChildRef {
 /// `[sep(i-1), sep(i))`, with the node's own bounds at the ends.
 #[derive(Debug, Default)]
 pub struct InternalData {
+    /// Heads of the separators past the prefix they all share (`skip`
+    /// bytes; see leaf.rs for why).
     heads: Vec<u64>,
+    skip: u32,
     sep_ends: Vec<u32>,
     sep_data: Vec<u8>,
     children: Vec<ChildRef>,
@@ -133,8 +136,14 @@ impl InternalData {
     /// `children.len()` must be `seps.len() + 1`; separators strictly increasing.
     pub fn new(seps: &[&[u8]], children: Vec<ChildRef>) -> Self {
         assert_eq!(children.len(), seps.len() + 1, "internal node shape");
+        // Sorted: what the first and last share, all share.
+        let skip = match (seps.first(), seps.last()) {
+            (Some(first), Some(last)) => common_prefix_len(first, last),
+            _ => 0,
+        };
         let mut d = InternalData {
             heads: Vec::with_capacity(seps.len()),
+            skip: skip as u32,
             sep_ends: Vec::with_capacity(seps.len()),
             sep_data: Vec::with_capacity(seps.iter().map(|s| s.len()).sum()),
             children,
@@ -146,7 +155,7 @@ impl InternalData {
             );
             d.sep_data.extend_from_slice(s);
             d.sep_ends.push(d.sep_data.len() as u32);
-            d.heads.push(head(s));
+            d.heads.push(head(&s[skip..]));
         }
         d
     }
@@ -160,6 +169,7 @@ impl InternalData {
         assert_eq!(children.len(), self.children.len(), "internal node shape");
         InternalData {
             heads: self.heads.clone(),
+            skip: self.skip,
             sep_ends: self.sep_ends.clone(),
             sep_data: self.sep_data.clone(),
             children,
@@ -187,7 +197,17 @@ impl InternalData {
     /// Index of the child whose range holds `key`.
     #[inline]
     pub fn child_index(&self, key: &[u8]) -> usize {
-        match search_heads(&self.heads, key, |i| self.sep(i)) {
+        let skip = self.skip as usize;
+        let key = if skip == 0 {
+            key
+        } else {
+            match past_prefix(key, &self.sep(0)[..skip]) {
+                Ok(rest) => rest,
+                Err(std::cmp::Ordering::Less) => return 0,
+                Err(_) => return self.heads.len(),
+            }
+        };
+        match search_heads(&self.heads, key, |i| &self.sep(i)[skip..]) {
             Ok(i) => i + 1,
             Err(i) => i,
         }
@@ -599,5 +619,48 @@ mod hint_tests {
         };
         assert_eq!((hint.start, hint.lines), (heads as usize, 1));
         assert_eq!(heads_bytes, 8);
+    }
+}
+
+#[cfg(test)]
+mod child_index_tests {
+    use super::*;
+
+    fn near_key() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
+        proptest::collection::vec(
+            proptest::sample::select(vec![0u8, 1, 0x7f, 0x80, 0xff]),
+            0..20,
+        )
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn child_index_picks_the_child_whose_range_holds_the_key(
+            prefix in near_key(),
+            tails in proptest::collection::btree_set(near_key(), 1..40),
+            probes in proptest::collection::vec(near_key(), 0..40),
+        ) {
+            // Separators sharing a prefix (heads are taken past it).
+            let seps: Vec<Vec<u8>> = tails.iter().map(|t| [&prefix[..], t].concat()).collect();
+            let sep_refs: Vec<&[u8]> = seps.iter().map(|s| s.as_slice()).collect();
+            let children = (0..=seps.len())
+                .map(|_| ChildRef::in_memory(Arc::new(Node::leaf(LeafData::default()))))
+                .collect();
+            let node = InternalData::new(&sep_refs, children);
+            let mut all: Vec<Vec<u8>> = seps.clone();
+            for p in &probes {
+                all.push(p.clone());
+                all.push([&prefix[..], p].concat());
+            }
+            for s in &seps {
+                all.push([&s[..], &[0]].concat());
+                all.push(s[..s.len().saturating_sub(1)].to_vec());
+            }
+            for p in &all {
+                // Child i holds [sep(i-1), sep(i)).
+                let want = seps.partition_point(|s| s.as_slice() <= p.as_slice());
+                proptest::prop_assert_eq!(node.child_index(p), want, "probe {:?}", p);
+            }
+        }
     }
 }
