@@ -409,6 +409,70 @@ fn kvlds_requests_answer_as_the_spec_says_and_share_data_with_resp() {
     drop(server);
 }
 
+/// A kvlds client that sends far more than it reads: the server stops
+/// reading it (its answers waiting are bounded) instead of buffering
+/// without end, and once the client reads, every answer arrives, right.
+#[test]
+fn kvlds_a_client_that_does_not_read_is_held_back_then_answered_in_full() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = Server::start(&tmp.path().join("store"));
+    let mut c = Kvlds::connect(&server.kvlds);
+    for i in 0..100u32 {
+        let k = format!("r{i:03}");
+        assert_eq!(c.status(&record(0x110, &[k.as_bytes(), &[i as u8; 40]])), 0);
+    }
+    // 400,000 requests (about 26 MB, more than the sockets' buffers hold):
+    // GETs of the keys above and of missing ones, and a SET of other keys
+    // now and then, sent before a single answer is read.
+    const N: u64 = 400_000;
+    let request = |i: u64| -> Vec<u8> {
+        match i % 50 {
+            0 => record(0x110, &[format!("w{i}").as_bytes(), b"v"]),
+            1 => record(0x130, &[b"missing"]),
+            _ => record(0x130, &[format!("r{:03}", i % 100).as_bytes()]),
+        }
+    };
+    let first = c.next_id;
+    let mut w = c.s.try_clone().unwrap();
+    let finished = Arc::new(AtomicBool::new(false));
+    let sender = {
+        let finished = finished.clone();
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            for i in 0..N {
+                buf.extend_from_slice(&packet(first + i, &request(i)));
+                if buf.len() >= 64 << 10 {
+                    w.write_all(&buf).unwrap();
+                    buf.clear();
+                }
+            }
+            w.write_all(&buf).unwrap();
+            finished.store(true, Ordering::Release);
+        })
+    };
+    std::thread::sleep(Duration::from_millis(1000));
+    assert!(
+        !finished.load(Ordering::Acquire),
+        "the server took every request of a client that reads nothing"
+    );
+    let mut seen = vec![false; N as usize];
+    for _ in 0..N {
+        let (id, r) = c.recv().expect("an answer");
+        let i = id.checked_sub(first).expect("an answer to a request sent");
+        assert!(
+            !std::mem::replace(&mut seen[i as usize], true),
+            "answered twice"
+        );
+        let want = match i % 50 {
+            0 => vec![0, 0, 0, 0],
+            1 => vec![0, 0, 0, 1],
+            _ => [&[0, 0, 0, 0, 40][..], &[(i % 100) as u8; 40]].concat(),
+        };
+        assert_eq!(r, want, "answer to request {i}");
+    }
+    sender.join().unwrap();
+}
+
 #[test]
 fn kvlds_range_fills_its_budget_and_says_where_to_go_on() {
     let tmp = tempfile::tempdir().unwrap();

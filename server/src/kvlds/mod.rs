@@ -1,8 +1,21 @@
 //! The kvlds listener: kivaloo's binary protocol, byte for byte as
-//! `shared/specs/kivaloo-protocol.md` gives it. Requests are answered in
-//! any order: reads at once, writes once the commit holding them is
-//! durable. A connection keeps at most `MAX_IN_FLIGHT` requests
-//! unanswered; past that it is not read until answers go out.
+//! docs/kvlds-protocol.md describes it. Requests are answered in any order:
+//! reads at once, writes once the commit holding them is durable.
+//!
+//! One task serves a connection, reading and writing both, so a read is
+//! answered where it was parsed: its answer packet is built in place in the
+//! connection's output buffer, and what one read of the socket brought in
+//! goes out in one write. kivaloo's clients keep thousands of requests in
+//! flight but send a new one as each answer arrives, so requests come a few
+//! dozen per read and each answer is wanted at once; a hand-off to another
+//! task, a message and an allocation per answer cost more than the lookup.
+//! Only write completions cross threads (from the commit thread), one
+//! message per group of writes.
+//!
+//! Limits per connection: at most `MAX_IN_FLIGHT` writes unanswered, and
+//! at most `MAX_UNSENT` bytes of answers not yet taken by the socket (plus
+//! one answer); past either the socket is not read until answers go out,
+//! which is how a client that does not read its answers is held back.
 
 pub mod packet;
 pub mod request;
@@ -14,324 +27,333 @@ use kivi::{WriteBatch, WriteOutcome};
 use request::{Request, MAX_LEN, NOT_DONE, OK};
 use std::ops::Bound;
 use std::sync::Arc;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, WriteHalf};
-use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::mpsc;
 
-/// Requests a connection may have unanswered (kivaloo's tools keep 4,096).
+/// Writes a connection may have unanswered (kivaloo's tools keep 4,096
+/// requests in flight).
 pub const MAX_IN_FLIGHT: usize = 4096;
 /// A RANGE answer holds at most this many bytes of pairs, whatever budget
 /// the request gives.
 pub const MAX_RANGE_BYTES: u32 = 4 << 20;
-/// Answers are gathered up to this many bytes per socket write.
-const WRITE_CHUNK: usize = 256 << 10;
+/// Answers not yet taken by the socket, at most, before the connection
+/// stops reading (one answer may go past it).
+const MAX_UNSENT: usize = 256 << 10;
 /// What an idle connection's read buffer keeps, so that many idle
 /// connections cost little.
 const IDLE_BUFFER: usize = 4 << 10;
+/// A busy connection's reads grow up to this, so that requests piling up
+/// in the socket are taken in few reads.
+const MAX_READ: usize = 64 << 10;
+/// Plain writes merged into one batch stay below this size.
+const MAX_GROUP_BYTES: usize = 1 << 20;
 
-enum Out {
-    /// A response packet; the permit is its request's place in flight.
-    Packet(Vec<u8>, OwnedSemaphorePermit),
-    /// Several response packets, one after another, and their permits.
-    Packets(Vec<u8>, Vec<OwnedSemaphorePermit>),
-    /// Close the connection after what was sent before, logging why.
-    Close(String),
+/// A group of writes answered, sent from the commit thread.
+enum Completed {
+    /// Plain writes (SET, DELETE), all applied: each ID is answered OK.
+    Plain(Vec<u64>),
+    /// A conditional write: its ID and the status to answer.
+    Conditional(u64, u32),
+    /// `count` writes failed; the protocol has no error status, so the
+    /// connection closes rather than answer anything wrong.
+    Failed(usize, String),
+}
+
+/// Plain writes gathered from one read: one batch, and each one's request
+/// ID, answered together.
+struct PlainGroup {
+    batch: WriteBatch,
+    ids: Vec<u64>,
+}
+
+/// One connection's state between socket reads.
+struct Conn {
+    shared: Arc<Shared>,
+    completed: mpsc::UnboundedSender<Completed>,
+    /// Answer packets not yet written, from `sent` on.
+    out: Vec<u8>,
+    sent: usize,
+    /// Writes read and not yet answered.
+    pending: usize,
+    /// The open group of plain writes, and the writes ready to queue.
+    group: Option<PlainGroup>,
+    writes: Vec<(WriteBatch, Done)>,
+    /// Reused by GET (the value) and RANGE (the pairs).
+    scratch: Vec<u8>,
+    /// Why the connection must close once what came before is answered.
+    close: Option<String>,
 }
 
 /// Serves one connection until the peer closes it, it breaks the protocol,
 /// or the server stops (then requests already read are answered first).
 pub async fn serve(stream: Box<dyn Stream>, peer: String, shared: Arc<Shared>) {
-    let (mut rd, wr) = tokio::io::split(stream);
-    let (out, out_rx) = mpsc::unbounded_channel::<Out>();
-    let (closed_tx, mut closed) = watch::channel(false);
-    let writer = tokio::spawn(write_loop(wr, out_rx, peer.clone(), closed_tx));
-    let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+    let (mut rd, mut wr) = tokio::io::split(stream);
+    let (completed, mut completions) = mpsc::unbounded_channel();
     let mut stop = shared.stop.clone();
-    let mut buf: Vec<u8> = Vec::with_capacity(IDLE_BUFFER);
-    let mut writes = Vec::new();
-    let mut group: Option<PlainGroup> = None;
-    'conn: loop {
-        let mut used = 0;
-        loop {
-            let packet = match packet::parse(&buf[used..]) {
-                Ok(Some(p)) => p,
-                Ok(None) => break,
-                Err(e) => {
-                    let _ = out.send(Out::Close(format!("malformed packet: {e}")));
-                    break 'conn;
-                }
-            };
-            used += packet.len;
-            let (id, record) = (packet.id, packet.record);
-            let permit = match in_flight.clone().try_acquire_owned() {
-                Ok(p) => p,
-                Err(_) => {
-                    // The writes gathered so far hold permits too: queue
-                    // them before waiting for answers to free one.
-                    queue(&shared, &out, &mut group, &mut writes).await;
-                    tokio::select! {
-                        p = in_flight.clone().acquire_owned() => p.expect("never closed"),
-                        _ = closed.changed() => break 'conn,
-                    }
-                }
-            };
-            match handle(&shared, &out, id, record, permit) {
-                Ok(Handled::Answered) => {}
-                Ok(Handled::Conditional(b, done)) => {
-                    close_group(&out, &mut group, &mut writes);
-                    writes.push((b, done));
-                }
-                Ok(Handled::Plain(b, id, permit)) => match &mut group {
-                    Some((gb, ids)) if gb.size_bytes() + b.size_bytes() <= MAX_GROUP_BYTES => {
-                        gb.append(b).expect("groups stay far below the batch limit");
-                        ids.push((id, permit));
-                    }
-                    _ => {
-                        if let Some(g) = group.replace((b, vec![(id, permit)])) {
-                            writes.push(plain_group(&out, g));
-                        }
-                    }
-                },
-                Err(reason) => {
-                    queue(&shared, &out, &mut group, &mut writes).await;
-                    let _ = out.send(Out::Close(reason));
-                    break 'conn;
-                }
-            }
-        }
-        // Every write this read brought in, queued at once.
-        queue(&shared, &out, &mut group, &mut writes).await;
-        buf.drain(..used);
-        tokio::select! {
-            r = rd.read_buf(&mut buf) => match r {
-                Ok(0) => break,
-                Ok(_) => {}
-                Err(e) => {
-                    let _ = out.send(Out::Close(format!("read failed: {e}")));
-                    break;
-                }
-            },
-            _ = closed.changed() => break,
-            _ = stop.changed() => break,
-        }
-    }
-    // The writer ends once every answer in flight has been sent (the
-    // pending writes hold senders of `out`).
-    drop(out);
-    let _ = writer.await;
-}
-
-/// What became of one request.
-enum Handled {
-    /// A read, answered.
-    Answered,
-    /// A write with a condition, to be queued with its own answer.
-    Conditional(WriteBatch, Done),
-    /// A write without one (SET, DELETE): answered OK once durable, so the
-    /// plain writes of one read share one batch and one answer message.
-    Plain(WriteBatch, u64, OwnedSemaphorePermit),
-}
-
-/// Plain writes gathered from one read: one batch, and each one's request
-/// ID and place in flight.
-type PlainGroup = (WriteBatch, Vec<(u64, OwnedSemaphorePermit)>);
-
-/// Plain writes merged into one batch stay below this size.
-const MAX_GROUP_BYTES: usize = 1 << 20;
-
-/// Moves the open group of plain writes, if any, to `writes`.
-fn close_group(
-    out: &mpsc::UnboundedSender<Out>,
-    group: &mut Option<PlainGroup>,
-    writes: &mut Vec<(WriteBatch, Done)>,
-) {
-    if let Some(g) = group.take() {
-        writes.push(plain_group(out, g));
-    }
-}
-
-/// Queues every write gathered so far, the open group included.
-async fn queue(
-    shared: &Shared,
-    out: &mpsc::UnboundedSender<Out>,
-    group: &mut Option<PlainGroup>,
-    writes: &mut Vec<(WriteBatch, Done)>,
-) {
-    close_group(out, group, writes);
-    shared.committer.submit_all(std::mem::take(writes)).await;
-}
-
-/// The write and its answer for a group of plain writes.
-fn plain_group(out: &mpsc::UnboundedSender<Out>, (batch, ids): PlainGroup) -> (WriteBatch, Done) {
-    let out = out.clone();
-    let done: Done = Box::new(move |r: kivi::Result<WriteOutcome>| {
-        let msg = match r {
-            Ok(_) => {
-                // Unconditional writes always apply.
-                let ok = request::status(OK);
-                let mut bytes = Vec::with_capacity(ids.len() * (packet::HEADER_LEN + 8));
-                let mut permits = Vec::with_capacity(ids.len());
-                for (id, permit) in ids {
-                    packet::write(&mut bytes, id, &ok);
-                    permits.push(permit);
-                }
-                Out::Packets(bytes, permits)
-            }
-            Err(e) => Out::Close(format!("a write failed: {e}")),
-        };
-        let _ = out.send(msg);
-    });
-    (batch, done)
-}
-
-/// Answers one read at once; returns a write, to be queued with the
-/// others of the same read; or says why the connection must close.
-fn handle(
-    shared: &Shared,
-    out: &mpsc::UnboundedSender<Out>,
-    id: u64,
-    record: &[u8],
-    permit: OwnedSemaphorePermit,
-) -> Result<Handled, String> {
-    let req = request::parse(record).map_err(|e| format!("malformed request: {e}"))?;
-    let reply = move |record: Vec<u8>, permit| {
-        let mut p = Vec::with_capacity(packet::HEADER_LEN + record.len() + 4);
-        packet::write(&mut p, id, &record);
-        Out::Packet(p, permit)
+    let mut c = Conn {
+        shared,
+        completed,
+        out: Vec::new(),
+        sent: 0,
+        pending: 0,
+        group: None,
+        writes: Vec::new(),
+        scratch: Vec::new(),
+        close: None,
     };
-    if !req.is_write() {
-        let record = match req {
-            Request::Params => request::params(),
-            Request::Get { key } => match shared.db.get(key) {
-                Ok(Some(v)) if v.len() > MAX_LEN => {
-                    return Err(format!(
-                        "GET: the value is {} bytes, more than this protocol carries ({MAX_LEN})",
-                        v.len()
-                    ))
+    let mut buf: Vec<u8> = Vec::with_capacity(IDLE_BUFFER);
+    let mut read_size = IDLE_BUFFER;
+    let mut reading = true;
+    loop {
+        // Every complete request read so far, within the limits.
+        let mut used = 0;
+        while c.close.is_none() && c.pending < MAX_IN_FLIGHT && c.unsent() < MAX_UNSENT {
+            match packet::parse(&buf[used..]) {
+                Ok(Some(p)) => {
+                    used += p.len;
+                    if let Err(reason) = c.handle(p.id, p.record) {
+                        c.close = Some(reason);
+                    }
                 }
-                Ok(Some(v)) => request::get_found(&v),
-                Ok(None) => request::status(NOT_DONE),
-                Err(e) => return Err(format!("GET failed: {e}")),
+                Ok(None) => break,
+                Err(e) => c.close = Some(format!("malformed packet: {e}")),
+            }
+        }
+        buf.drain(..used);
+        // The writes this read brought in, queued at once.
+        c.queue().await;
+        while let Ok(done) = completions.try_recv() {
+            c.complete(done);
+        }
+        if c.close.is_some() {
+            reading = false;
+        }
+        if !reading && c.pending == 0 && c.unsent() == 0 {
+            break;
+        }
+        let can_read = reading && c.pending < MAX_IN_FLIGHT && c.unsent() < MAX_UNSENT;
+        if can_read {
+            if buf.is_empty() && buf.capacity() > 2 * read_size {
+                buf = Vec::with_capacity(read_size);
+            }
+            buf.reserve(read_size);
+        }
+        tokio::select! {
+            // Answers first: what this turn answered goes out before the
+            // next read.
+            biased;
+            w = wr.write(&c.out[c.sent..]), if c.unsent() > 0 => match w {
+                Ok(n) if n > 0 => {
+                    c.sent += n;
+                    if c.sent == c.out.len() {
+                        c.out.clear();
+                        c.sent = 0;
+                    }
+                }
+                // The peer is gone: nobody to answer.
+                _ => break,
             },
+            Some(done) = completions.recv(), if c.pending > 0 => c.complete(done),
+            r = rd.read_buf(&mut buf), if can_read => match r {
+                Ok(0) => reading = false,
+                Ok(n) => {
+                    // Grow reads while they come back full; shrink them
+                    // back when the connection quiets down.
+                    if n >= read_size {
+                        read_size = (2 * read_size).min(MAX_READ);
+                    } else if n < read_size / 4 {
+                        read_size = (read_size / 2).max(IDLE_BUFFER);
+                    }
+                }
+                Err(e) => c.close = Some(format!("read failed: {e}")),
+            },
+            _ = stop.changed(), if reading => reading = false,
+        }
+    }
+    if let Some(reason) = &c.close {
+        eprintln!("kivi serve: kvlds connection from {peer} closed: {reason}");
+    }
+    let _ = wr.shutdown().await;
+}
+
+impl Conn {
+    fn unsent(&self) -> usize {
+        self.out.len() - self.sent
+    }
+
+    /// Answers one read at once, into `out`; gathers a write for the
+    /// commit; or says why the connection must close.
+    fn handle(&mut self, id: u64, record: &[u8]) -> Result<(), String> {
+        let req = request::parse(record).map_err(|e| format!("malformed request: {e}"))?;
+        let mut b = WriteBatch::new();
+        let built = match req {
+            Request::Params => {
+                packet::write(&mut self.out, id, &request::params());
+                return Ok(());
+            }
+            Request::Get { key } => return self.get(id, key),
             Request::Range {
                 max_bytes,
                 start,
                 end,
-            } => range(shared, max_bytes, start, end)?,
-            _ => unreachable!("writes are handled below"),
+            } => return self.range(id, max_bytes, start, end),
+            Request::Set { key, value } => b.put(key, value).map(|_| ()),
+            Request::Cas { key, old, new } => b.compare_and_swap(key, old, new).map(|_| ()),
+            Request::Add { key, value } => b.insert_if_absent(key, value).map(|_| ()),
+            Request::Modify { key, value } => b.update_if_present(key, value).map(|_| ()),
+            Request::Delete { key } => b.delete(key).map(|_| ()),
+            Request::Cad { key, old } => b.compare_and_delete(key, old).map(|_| ()),
         };
-        let _ = out.send(reply(record, permit));
-        return Ok(Handled::Answered);
-    }
-    let mut b = WriteBatch::new();
-    let built = match req {
-        Request::Set { key, value } => b.put(key, value).map(|_| ()),
-        Request::Cas { key, old, new } => b.compare_and_swap(key, old, new).map(|_| ()),
-        Request::Add { key, value } => b.insert_if_absent(key, value).map(|_| ()),
-        Request::Modify { key, value } => b.update_if_present(key, value).map(|_| ()),
-        Request::Delete { key } => b.delete(key).map(|_| ()),
-        Request::Cad { key, old } => b.compare_and_delete(key, old).map(|_| ()),
-        _ => unreachable!("reads are handled above"),
-    };
-    // Keys and values of at most 255 bytes are within kivi's limits.
-    built.map_err(|e| format!("request refused: {e}"))?;
-    if !b.has_conditions() {
-        return Ok(Handled::Plain(b, id, permit));
-    }
-    let out = out.clone();
-    let done: Done = Box::new(move |r: kivi::Result<WriteOutcome>| {
-        let msg = match r {
-            Ok(WriteOutcome::Applied) => reply(request::status(OK), permit),
-            Ok(WriteOutcome::ConditionFailed { .. }) => reply(request::status(NOT_DONE), permit),
-            // The protocol has no error status: close rather than answer
-            // anything wrong.
-            Err(e) => Out::Close(format!("a write failed: {e}")),
-        };
-        let _ = out.send(msg);
-    });
-    Ok(Handled::Conditional(b, done))
-}
-
-/// A RANGE answer: pairs with start <= key < end (to the end of the
-/// keyspace if `end` is empty), filling the byte budget; at least one pair
-/// if any is in range. `next` is where the next request continues: the
-/// first key not returned, or when done, `end` (empty for an empty end).
-fn range(shared: &Shared, max_bytes: u32, start: &[u8], end: &[u8]) -> Result<Vec<u8>, String> {
-    let budget = max_bytes.min(MAX_RANGE_BYTES) as usize;
-    let upper = if end.is_empty() {
-        Bound::Unbounded
-    } else {
-        Bound::Excluded(end)
-    };
-    let mut pairs = Vec::new();
-    let mut count = 0u32;
-    let mut next: &[u8] = end;
-    let mut stopped_at = None;
-    if end.is_empty() || start < end {
-        for item in shared.db.range::<&[u8], _>((Bound::Included(start), upper)) {
-            let (k, v) = item.map_err(|e| format!("RANGE failed: {e}"))?;
-            if k.len() > MAX_LEN || v.len() > MAX_LEN {
-                return Err(format!(
-                    "RANGE: a pair of {}+{} bytes is more than this protocol carries ({MAX_LEN})",
-                    k.len(),
-                    v.len()
-                ));
+        // Keys and values of at most 255 bytes are within kivi's limits.
+        built.map_err(|e| format!("request refused: {e}"))?;
+        self.pending += 1;
+        if !b.has_conditions() {
+            match &mut self.group {
+                Some(g) if g.batch.size_bytes() + b.size_bytes() <= MAX_GROUP_BYTES => {
+                    g.batch
+                        .append(b)
+                        .expect("groups stay far below the batch limit");
+                    g.ids.push(id);
+                }
+                _ => {
+                    self.close_group();
+                    self.group = Some(PlainGroup {
+                        batch: b,
+                        ids: vec![id],
+                    });
+                }
             }
-            let size = 2 + k.len() + v.len();
-            if count > 0 && pairs.len() + size > budget {
-                stopped_at = Some(k);
-                break;
-            }
-            request::push_string(&mut pairs, &k);
-            request::push_string(&mut pairs, &v);
-            count += 1;
+            return Ok(());
         }
+        self.close_group();
+        let tx = self.completed.clone();
+        let done: Done = Box::new(move |r: kivi::Result<WriteOutcome>| {
+            let _ = tx.send(match r {
+                Ok(WriteOutcome::Applied) => Completed::Conditional(id, OK),
+                Ok(WriteOutcome::ConditionFailed { .. }) => Completed::Conditional(id, NOT_DONE),
+                Err(e) => Completed::Failed(1, format!("a write failed: {e}")),
+            });
+        });
+        self.writes.push((b, done));
+        Ok(())
     }
-    if let Some(k) = &stopped_at {
-        next = k;
-    }
-    Ok(request::range(count, next, &pairs))
-}
 
-async fn write_loop(
-    mut wr: WriteHalf<Box<dyn Stream>>,
-    mut rx: mpsc::UnboundedReceiver<Out>,
-    peer: String,
-    closed: watch::Sender<bool>,
-) {
-    let mut buf = Vec::with_capacity(WRITE_CHUNK);
-    let mut permits = Vec::new();
-    while let Some(first) = rx.recv().await {
-        let mut close = None;
-        let mut next = Some(first);
-        while let Some(msg) = next.take() {
-            match msg {
-                Out::Packet(p, permit) => {
-                    buf.extend_from_slice(&p);
-                    permits.push(permit);
+    fn get(&mut self, id: u64, key: &[u8]) -> Result<(), String> {
+        let found = self
+            .shared
+            .db
+            .get_into(key, &mut self.scratch)
+            .map_err(|e| format!("GET failed: {e}"))?;
+        let v = &self.scratch;
+        if found && v.len() > MAX_LEN {
+            return Err(format!(
+                "GET: the value is {} bytes, more than this protocol carries ({MAX_LEN})",
+                v.len()
+            ));
+        }
+        packet::write_with(&mut self.out, id, |out| {
+            if found {
+                out.extend_from_slice(&OK.to_be_bytes());
+                request::push_string(out, v);
+            } else {
+                out.extend_from_slice(&NOT_DONE.to_be_bytes());
+            }
+        });
+        Ok(())
+    }
+
+    /// A RANGE answer: pairs with start <= key < end (to the end of the
+    /// keyspace if `end` is empty), filling the byte budget; at least one
+    /// pair if any is in range. `next` is where the next request continues:
+    /// the first key not returned, or when done, `end` (empty for an empty
+    /// end).
+    fn range(&mut self, id: u64, max_bytes: u32, start: &[u8], end: &[u8]) -> Result<(), String> {
+        let budget = max_bytes.min(MAX_RANGE_BYTES) as usize;
+        let upper = if end.is_empty() {
+            Bound::Unbounded
+        } else {
+            Bound::Excluded(end)
+        };
+        let pairs = &mut self.scratch;
+        pairs.clear();
+        let mut count = 0u32;
+        let mut stopped_at = None;
+        if end.is_empty() || start < end {
+            for item in self
+                .shared
+                .db
+                .range::<&[u8], _>((Bound::Included(start), upper))
+            {
+                let (k, v) = item.map_err(|e| format!("RANGE failed: {e}"))?;
+                if k.len() > MAX_LEN || v.len() > MAX_LEN {
+                    return Err(format!(
+                        "RANGE: a pair of {}+{} bytes is more than this protocol carries ({MAX_LEN})",
+                        k.len(),
+                        v.len()
+                    ));
                 }
-                Out::Packets(p, mut ps) => {
-                    buf.extend_from_slice(&p);
-                    permits.append(&mut ps);
-                }
-                Out::Close(reason) => {
-                    close = Some(reason);
+                let size = 2 + k.len() + v.len();
+                if count > 0 && pairs.len() + size > budget {
+                    stopped_at = Some(k);
                     break;
                 }
-            }
-            if buf.len() < WRITE_CHUNK {
-                next = rx.try_recv().ok();
+                request::push_string(pairs, &k);
+                request::push_string(pairs, &v);
+                count += 1;
             }
         }
-        if wr.write_all(&buf).await.is_err() {
-            break;
-        }
-        buf.clear();
-        permits.clear();
-        if let Some(reason) = close {
-            eprintln!("kivi serve: kvlds connection from {peer} closed: {reason}");
-            break;
+        let next: &[u8] = stopped_at.as_deref().unwrap_or(end);
+        packet::write_with(&mut self.out, id, |out| {
+            request::write_range(out, count, next, pairs)
+        });
+        Ok(())
+    }
+
+    /// Moves the open group of plain writes, if any, to the writes to queue.
+    fn close_group(&mut self) {
+        let Some(PlainGroup { batch, ids }) = self.group.take() else {
+            return;
+        };
+        let tx = self.completed.clone();
+        let done: Done = Box::new(move |r: kivi::Result<WriteOutcome>| {
+            let _ = tx.send(match r {
+                // Unconditional writes always apply.
+                Ok(_) => Completed::Plain(ids),
+                Err(e) => Completed::Failed(ids.len(), format!("a write failed: {e}")),
+            });
+        });
+        self.writes.push((batch, done));
+    }
+
+    /// Queues every write gathered so far, the open group included.
+    async fn queue(&mut self) {
+        self.close_group();
+        if !self.writes.is_empty() {
+            let writes = std::mem::take(&mut self.writes);
+            self.shared.committer.submit_all(writes).await;
         }
     }
-    let _ = wr.shutdown().await;
-    let _ = closed.send(true);
+
+    /// Answers writes the commit thread finished.
+    fn complete(&mut self, done: Completed) {
+        let answered = match done {
+            Completed::Plain(ids) => {
+                let ok = OK.to_be_bytes();
+                for &id in &ids {
+                    packet::write(&mut self.out, id, &ok);
+                }
+                ids.len()
+            }
+            Completed::Conditional(id, status) => {
+                packet::write(&mut self.out, id, &status.to_be_bytes());
+                1
+            }
+            Completed::Failed(count, reason) => {
+                self.close.get_or_insert(reason);
+                count
+            }
+        };
+        debug_assert!(answered <= self.pending, "more answers than writes");
+        self.pending -= answered;
+    }
 }

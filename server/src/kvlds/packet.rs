@@ -1,5 +1,5 @@
 //! kvlds packet framing: request ID, record length, header CRC, record,
-//! record CRC (see `shared/specs/kivaloo-protocol.md`, "Framing").
+//! record CRC (see docs/kvlds-protocol.md, "Framing").
 //!
 //! ```text
 //! | 8 ID (BE) | 4 record length N (BE) | 4 header CRC | N record | 4 record CRC ^ header CRC |
@@ -85,18 +85,28 @@ pub fn parse(buf: &[u8]) -> Result<Option<Packet<'_>>, FrameError> {
 
 /// Appends a packet with `id` and `record` to `out`.
 pub fn write(out: &mut Vec<u8>, id: u64, record: &[u8]) {
-    let len = u32::try_from(record.len()).expect("a response record fits in 4 GiB");
+    write_with(out, id, |out| out.extend_from_slice(record));
+}
+
+/// Appends a packet with `id` whose record `fill` appends to `out` in
+/// place, so an answer is built where it is sent from, without a buffer of
+/// its own.
+pub fn write_with<R>(out: &mut Vec<u8>, id: u64, fill: impl FnOnce(&mut Vec<u8>) -> R) -> R {
     let start = out.len();
-    out.extend_from_slice(&id.to_be_bytes());
-    out.extend_from_slice(&len.to_be_bytes());
+    out.extend_from_slice(&[0; HEADER_LEN]);
+    let r = fill(out);
+    let record_len = out.len() - start - HEADER_LEN;
+    let len = u32::try_from(record_len).expect("a response record fits in 4 GiB");
+    out[start..start + 8].copy_from_slice(&id.to_be_bytes());
+    out[start + 8..start + 12].copy_from_slice(&len.to_be_bytes());
     let header_crc = crc(&out[start..start + 12]);
-    out.extend_from_slice(&header_crc);
-    out.extend_from_slice(record);
-    let mut trailer = crc(record);
+    out[start + 12..start + HEADER_LEN].copy_from_slice(&header_crc);
+    let mut trailer = crc(&out[start + HEADER_LEN..]);
     for (t, h) in trailer.iter_mut().zip(header_crc) {
         *t ^= h;
     }
     out.extend_from_slice(&trailer);
+    r
 }
 
 #[cfg(test)]

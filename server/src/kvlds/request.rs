@@ -1,5 +1,5 @@
 //! kvlds request records and the response records that answer them (see
-//! `shared/specs/kivaloo-protocol.md`, "Records").
+//! docs/kvlds-protocol.md, "Records").
 
 /// Longest key or value this protocol can carry (a 1-byte length prefix).
 pub const MAX_LEN: usize = 255;
@@ -140,37 +140,28 @@ pub fn parse(record: &[u8]) -> Result<Request<'_>, RecordError> {
 
 /// Response records. Lengths are checked by the caller: every key and
 /// value passed here is at most `MAX_LEN` bytes.
-pub fn status(code: u32) -> Vec<u8> {
-    code.to_be_bytes().to_vec()
-}
-
+///
+/// The PARAMS answer: the longest key and value, each 4 bytes.
 pub fn params() -> Vec<u8> {
     let mut out = (MAX_LEN as u32).to_be_bytes().to_vec();
     out.extend_from_slice(&(MAX_LEN as u32).to_be_bytes());
     out
 }
 
+/// A string as records carry it: a 1-byte length, then the bytes.
 pub fn push_string(out: &mut Vec<u8>, s: &[u8]) {
     let n = u8::try_from(s.len()).expect("caller checked the length");
     out.push(n);
     out.extend_from_slice(s);
 }
 
-pub fn get_found(value: &[u8]) -> Vec<u8> {
-    let mut out = status(OK);
-    push_string(&mut out, value);
-    out
-}
-
-/// A RANGE response: status, count, next key, then the pairs (already
-/// encoded, each key and value length-prefixed).
-pub fn range(count: u32, next: &[u8], pairs: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(9 + next.len() + pairs.len());
+/// Appends a RANGE answer record to `out`: status, count, the next key,
+/// then the pairs (already encoded, each key and value length-prefixed).
+pub fn write_range(out: &mut Vec<u8>, count: u32, next: &[u8], pairs: &[u8]) {
     out.extend_from_slice(&OK.to_be_bytes());
     out.extend_from_slice(&count.to_be_bytes());
-    push_string(&mut out, next);
+    push_string(out, next);
     out.extend_from_slice(pairs);
-    out
 }
 
 #[cfg(test)]
