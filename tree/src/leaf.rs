@@ -55,8 +55,11 @@ pub(crate) fn compare_past_heads(a: &[u8], b: &[u8]) -> Ordering {
     let (Some((_, mut a_rest)), Some((_, mut b_rest))) =
         (a.split_first_chunk::<8>(), b.split_first_chunk::<8>())
     else {
-        // A key under 8 bytes: its head is zero-padded, compare it whole.
-        return a.cmp(b);
+        // A key under 8 bytes, whose head is it zero-padded: equal heads
+        // mean the shorter key is the longer one's start, followed there by
+        // zeros only, so the shorter sorts first (and same lengths are
+        // equal keys). Short keys are common past a leaf's shared prefix.
+        return a.len().cmp(&b.len());
     };
     // Equal heads of keys of 8 bytes or more: their first 8 bytes are equal.
     while let (Some((x, a_next)), Some((y, b_next))) = (
@@ -479,8 +482,24 @@ impl LeafData {
     /// Where the leaf's index (summary, heads and slots, contiguous from the
     /// start of its buffer) lies in memory, and its length in bytes.
     pub(crate) fn index_span(&self) -> (*const u8, usize) {
-        let end = self.layout().slots + 2 * self.n as usize;
-        (self.buf.as_ptr().cast(), end.min(self.buf.len()) * 8)
+        (self.buf.as_ptr().cast(), self.index_words() * 8)
+    }
+
+    /// Words from the start of the buffer that a lookup reads before the
+    /// entry it lands on: the summary, heads and slots, and with a shared
+    /// prefix the first line of the arena, where the first key (holding
+    /// that prefix) starts, when it follows the slots (a leaf filled to
+    /// its capacity, as leaves read from pages and consolidated ones are).
+    #[inline]
+    fn index_words(&self) -> usize {
+        let layout = self.layout();
+        let slots_end = layout.slots + 2 * self.n as usize;
+        let end = if self.skip > 0 && layout.data == slots_end {
+            layout.data + 8
+        } else {
+            slots_end
+        };
+        end.min(self.buf.len())
     }
 
     /// Asks the CPU to start fetching the leaf's index (summary, heads and
@@ -493,7 +512,12 @@ impl LeafData {
         let layout = self.layout();
         let index = layout.heads..layout.heads + n;
         let slots = layout.slots..layout.slots + 2 * n;
-        for part in [0..n.div_ceil(SUMMARY_STRIDE), index, slots] {
+        let first_key = if self.skip > 0 {
+            layout.data..layout.data + 1
+        } else {
+            0..0
+        };
+        for part in [0..n.div_ceil(SUMMARY_STRIDE), index, slots, first_key] {
             if let Some(words) = self.buf.get(part) {
                 for line in words.chunks(8) {
                     prefetch_line(line.as_ptr().cast());

@@ -124,7 +124,9 @@ impl ChildRef {
 #[derive(Debug, Default)]
 pub struct InternalData {
     /// Heads of the separators past the prefix they all share (`skip`
-    /// bytes; see leaf.rs for why).
+    /// bytes; see leaf.rs for why), then that prefix, padded to whole
+    /// words: a lookup reads both, and the parent's hint fetches them as one
+    /// span.
     heads: Vec<u64>,
     skip: u32,
     sep_ends: Vec<u32>,
@@ -142,7 +144,7 @@ impl InternalData {
             _ => 0,
         };
         let mut d = InternalData {
-            heads: Vec::with_capacity(seps.len()),
+            heads: Vec::with_capacity(seps.len() + skip.div_ceil(8)),
             skip: skip as u32,
             sep_ends: Vec::with_capacity(seps.len()),
             sep_data: Vec::with_capacity(seps.iter().map(|s| s.len()).sum()),
@@ -157,7 +159,20 @@ impl InternalData {
             d.sep_ends.push(d.sep_data.len() as u32);
             d.heads.push(head(&s[skip..]));
         }
+        if let Some(first) = seps.first() {
+            let at = d.heads.len();
+            d.heads.resize(at + skip.div_ceil(8), 0);
+            bytemuck::cast_slice_mut::<u64, u8>(&mut d.heads[at..])[..skip]
+                .copy_from_slice(&first[..skip]);
+        }
         d
+    }
+
+    /// The prefix every separator starts with.
+    #[inline]
+    fn prefix(&self) -> &[u8] {
+        let words = &self.heads[self.sep_ends.len()..];
+        &bytemuck::cast_slice::<u64, u8>(words)[..self.skip as usize]
     }
 
     pub fn children_len(&self) -> usize {
@@ -201,19 +216,21 @@ impl InternalData {
         let key = if skip == 0 {
             key
         } else {
-            match past_prefix(key, &self.sep(0)[..skip]) {
+            match past_prefix(key, self.prefix()) {
                 Ok(rest) => rest,
                 Err(std::cmp::Ordering::Less) => return 0,
-                Err(_) => return self.heads.len(),
+                Err(_) => return self.sep_ends.len(),
             }
         };
-        match search_heads(&self.heads, key, |i| &self.sep(i)[skip..]) {
+        let heads = &self.heads[..self.sep_ends.len()];
+        match search_heads(heads, key, |i| &self.sep(i)[skip..]) {
             Ok(i) => i + 1,
             Err(i) => i,
         }
     }
 
-    /// Where the heads lie in memory, and their length in bytes.
+    /// Where the heads (and the prefix after them) lie in memory, and
+    /// their length in bytes.
     pub(crate) fn heads_span(&self) -> (*const u8, usize) {
         (self.heads.as_ptr().cast(), self.heads.len() * 8)
     }
@@ -618,7 +635,9 @@ mod hint_tests {
             panic!("in memory");
         };
         assert_eq!((hint.start, hint.lines), (heads as usize, 1));
-        assert_eq!(heads_bytes, 8);
+        // One head, then the prefix the separators share: with one
+        // separator, all 8 bytes of it.
+        assert_eq!(heads_bytes, 16);
     }
 }
 
