@@ -10,6 +10,7 @@
 
 pub mod kv40;
 pub mod measure;
+pub mod mkpairs;
 mod report;
 pub mod server;
 pub mod stores;
