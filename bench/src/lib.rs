@@ -9,6 +9,7 @@
 //! each store's figure and its ratio to kivi, and to JSON lines.
 
 pub mod kv40;
+pub mod kvlds_client;
 pub mod kvlds_workload;
 pub mod measure;
 pub mod mkpairs;
