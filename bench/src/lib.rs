@@ -81,6 +81,16 @@ pub struct Record {
     /// Sealed tables: bytes of kivi's checksum sidecar (`.kvsum`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sidecar_bytes: Option<u64>,
+    /// Server workloads: the client that drove the server ("trickling",
+    /// "bursty", "redis-benchmark").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client: Option<String>,
+    /// Server workloads: the rate is the median over this many windows
+    /// of this many seconds (0 windows: the whole run's rate).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window_seconds: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub windows: Option<usize>,
 }
 
 impl Record {
@@ -102,6 +112,9 @@ impl Record {
             amplification_samples: None,
             file_bytes: None,
             sidecar_bytes: None,
+            client: None,
+            window_seconds: None,
+            windows: None,
         }
     }
 
