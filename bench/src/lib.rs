@@ -9,7 +9,10 @@
 //! each store's figure and its ratio to kivi, and to JSON lines.
 
 pub mod kv40;
+pub mod kvlds_client;
+pub mod kvlds_workload;
 pub mod measure;
+pub mod mkpairs;
 mod report;
 pub mod server;
 pub mod stores;
@@ -78,6 +81,16 @@ pub struct Record {
     /// Sealed tables: bytes of kivi's checksum sidecar (`.kvsum`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sidecar_bytes: Option<u64>,
+    /// Server workloads: the client that drove the server ("trickling",
+    /// "bursty", "redis-benchmark").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client: Option<String>,
+    /// Server workloads: the rate is the median over this many windows
+    /// of this many seconds (0 windows: the whole run's rate).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window_seconds: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub windows: Option<usize>,
 }
 
 impl Record {
@@ -99,6 +112,9 @@ impl Record {
             amplification_samples: None,
             file_bytes: None,
             sidecar_bytes: None,
+            client: None,
+            window_seconds: None,
+            windows: None,
         }
     }
 

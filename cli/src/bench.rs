@@ -35,10 +35,26 @@ pub struct BenchArgs {
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
     /// Run the server workloads instead: `kivi serve` under kivaloo's six
-    /// workloads over kvlds, and redis-benchmark against it and against
-    /// redis-server (appendfsync always and everysec); see docs/benchmarks.md
+    /// workloads over kvlds on kivaloo's data, each driven by a trickling
+    /// client (the way kivaloo's bench tools drive a server) and by a
+    /// bursty one, and redis-benchmark against it and against redis-server
+    /// (appendfsync always and everysec); see docs/benchmarks.md
     #[arg(long)]
     server: bool,
+    /// With --server: also run every kvlds workload on kivaloo, from DIR, a
+    /// built kivaloo source tree (DIR/lbs/lbs and DIR/kvlds/kvlds; see
+    /// bench/kivaloo-build.sh), in the same rounds, and report kivi's
+    /// ratio to it
+    #[arg(long, value_name = "DIR", requires = "server")]
+    kivaloo: Option<PathBuf>,
+    /// With --server: seconds each timed kvlds workload runs before its
+    /// windows are counted
+    #[arg(long, value_name = "S", default_value = "2", requires = "server", value_parser = seconds)]
+    warmup: f64,
+    /// With --server: one-second windows each timed kvlds workload counts;
+    /// its rate is their median
+    #[arg(long, value_name = "S", default_value = "5", requires = "server", value_parser = clap::value_parser!(u32).range(1..))]
+    seconds: u32,
     /// Run the sealed-table workloads instead: sparkey's benchmark (write N
     /// puts, build the index, then random gets, each checked) for each
     /// compression of --compression; see docs/benchmarks.md
@@ -104,6 +120,14 @@ fn positive(s: &str) -> std::result::Result<u64, String> {
     }
 }
 
+/// A duration in seconds, 0 or more (fractions allowed).
+fn seconds(s: &str) -> std::result::Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && (0.0..=3600.0).contains(&v) => Ok(v),
+        _ => Err("expected a number of seconds, 0 to 3600".into()),
+    }
+}
+
 fn compression(s: &str) -> std::result::Result<kivi::table::Compression, String> {
     use kivi::table::Compression;
     match s {
@@ -131,9 +155,22 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     }
     let program = std::env::current_exe().map_err(|e| CliError::io("find the kivi program", e))?;
     if args.server {
-        let records =
-            kivi_bench::server::run(&program, &args.dir, args.n, args.rounds).map_err(bench_err)?;
-        return kivi_bench::server::report(&records, args.json.as_deref()).map_err(bench_err);
+        let cfg = kivi_bench::server::Config {
+            program,
+            dir: args.dir.clone(),
+            n: args.n,
+            rounds: args.rounds,
+            timing: kivi_bench::kvlds_workload::Timing {
+                warmup: std::time::Duration::from_secs_f64(args.warmup),
+                windows: args.seconds,
+                window: std::time::Duration::from_secs(1),
+            },
+            kivaloo: args.kivaloo.clone(),
+        };
+        let records = kivi_bench::server::run(&cfg).map_err(bench_err)?;
+        let mut out = std::io::stdout().lock();
+        return kivi_bench::server::report(&cfg, &records, &mut out, args.json.as_deref())
+            .map_err(bench_err);
     }
     if args.tables {
         let cfg = kivi_bench::tables::TablesConfig {

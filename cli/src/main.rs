@@ -158,6 +158,12 @@ enum Command {
         stores; then a table per workload with each store's best round and its ratio to kivi. \
         Before the rounds, a durability check counts each store's fsync-family calls per commit \
         under strace.\n\n\
+        With --server, `kivi serve` instead: kivaloo's six kvlds workloads on kivaloo's data, \
+        each driven by a trickling client (as kivaloo's bench tools drive a server: 4,096 in \
+        flight, one new request per answer, 4 KiB reads and writes) and by a bursty one, the \
+        rate the median of --seconds one-second windows after --warmup seconds; with \
+        --kivaloo DIR, kivaloo too in the same rounds, with kivi's ratio to it; then \
+        redis-benchmark against kivi serve and redis-server.\n\n\
         DIR is deleted and recreated first; a DIR that exists and is neither empty nor a \
         previous bench directory is refused. The global -d, --hex and --no-fsync options do \
         not apply."
