@@ -19,7 +19,7 @@ use arc_swap::ArcSwap;
 use kivi_log::{CheckpointRecord, CommitRecord, OpRef, RecordType, SegmentIds};
 use kivi_storage::{LocalDir, Storage};
 use kivi_tree::{
-    apply, compare_keys, get_into, keys_in_leaf_of, release_written, Pager, TreeConfig,
+    apply, compare_keys, get_each, get_into, keys_in_leaf_of, release_written, Pager, TreeConfig,
 };
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -318,6 +318,59 @@ impl Db {
         }
         let inner = self.inner();
         inner.read(&inner.published.load(), key, out)
+    }
+
+    /// Reads the values under `keys`, all as of one moment, calling
+    /// `found(i, value)` for each key in order (`None` when absent); stops
+    /// at the first error. Faster than one `get` after another when the
+    /// keys are many and not all in the CPU's cache: the lookups go down
+    /// the tree side by side, so their waits for memory overlap.
+    pub fn get_each(
+        &self,
+        keys: &[&[u8]],
+        mut found: impl FnMut(usize, Option<&[u8]>),
+    ) -> Result<()> {
+        if let Some(k) = keys.iter().find(|k| k.len() > MAX_KEY_LEN) {
+            return Err(Error::KeyTooLarge {
+                len: k.len(),
+                max: MAX_KEY_LEN,
+            });
+        }
+        let inner = self.inner();
+        let v = inner.published.load();
+        // The write buffer answers the keys written since the tree under
+        // it; the tree, the others.
+        let buffered: Vec<Option<Option<&[u8]>>> = keys.iter().map(|k| v.buffer.find(k)).collect();
+        let (in_tree, tree_keys): (Vec<usize>, Vec<&[u8]>) = keys
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| buffered[*i].is_none())
+            .map(|(i, k)| (i, *k))
+            .unzip();
+        let mut next = 0;
+        let mut report_buffered = |until: usize, found: &mut dyn FnMut(usize, Option<&[u8]>)| {
+            for (i, b) in buffered.iter().enumerate().take(until).skip(next) {
+                found(
+                    i,
+                    b.expect("the buffer answers every key the tree does not"),
+                );
+            }
+            next = until + 1;
+        };
+        if let Some(root) = &v.root {
+            get_each(&inner.pager, root, &tree_keys, &mut |t, value| {
+                let i = in_tree[t];
+                report_buffered(i, &mut found);
+                found(i, value);
+            })?;
+        } else {
+            for &i in &in_tree {
+                report_buffered(i, &mut found);
+                found(i, None);
+            }
+        }
+        report_buffered(keys.len(), &mut found);
+        Ok(())
     }
 
     /// Stores `value` under `key`; durable when it returns (see [`Durability`]).

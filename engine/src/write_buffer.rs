@@ -839,23 +839,28 @@ impl WriteBuffer {
 
     /// Looks `key` up, copying a value found into `out`.
     pub fn get_into(&self, key: &[u8], out: &mut Vec<u8>) -> Lookup {
-        match &self.filter {
-            Some(f) if f.may_hold(key) => {}
-            _ => return Lookup::NotHere,
-        }
-        for run in self.runs.iter().rev() {
-            if let Some(i) = run.find(key) {
-                return match run.value(i) {
-                    None => Lookup::Deleted,
-                    Some(v) => {
-                        out.clear();
-                        out.extend_from_slice(v);
-                        Lookup::Found
-                    }
-                };
+        match self.find(key) {
+            None => Lookup::NotHere,
+            Some(None) => Lookup::Deleted,
+            Some(Some(v)) => {
+                out.clear();
+                out.extend_from_slice(v);
+                Lookup::Found
             }
         }
-        Lookup::NotHere
+    }
+
+    /// The newest write of `key` here: `None` if not written since the
+    /// tree under the buffer, `Some(None)` if deleted, else its value.
+    pub fn find(&self, key: &[u8]) -> Option<Option<&[u8]>> {
+        match &self.filter {
+            Some(f) if f.may_hold(key) => {}
+            _ => return None,
+        }
+        self.runs
+            .iter()
+            .rev()
+            .find_map(|run| run.find(key).map(|i| run.value(i)))
     }
 
     /// Calls `f` with every key's newest write, in key order: what merging

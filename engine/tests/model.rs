@@ -520,6 +520,33 @@ impl Harness {
                 common::show(k)
             );
         }
+        // Every key at once, some twice and out of order: each answered
+        // once, in order, as the model says.
+        let many: Vec<&[u8]> = keys()
+            .iter()
+            .chain(keys().iter().rev().step_by(3))
+            .map(|k| k.as_slice())
+            .collect();
+        let mut answered = 0;
+        db.get_each(&many, |i, v| {
+            assert_eq!(
+                i, answered,
+                "after step {n}: get_each answered out of order"
+            );
+            answered += 1;
+            assert_eq!(
+                v,
+                self.model.get(many[i]).map(|v| v.as_slice()),
+                "after step {n}: get_each of {}",
+                common::show(many[i])
+            );
+        })
+        .expect("get_each failed");
+        assert_eq!(
+            answered,
+            many.len(),
+            "after step {n}: get_each answered every key"
+        );
         let all: Pairs = self
             .model
             .iter()

@@ -32,9 +32,10 @@ pub fn head(key: &[u8]) -> u64 {
     if let Some(first) = key.first_chunk::<8>() {
         return u64::from_be_bytes(*first);
     }
-    let mut b = [0u8; 8];
-    b[..key.len()].copy_from_slice(key);
-    u64::from_be_bytes(b)
+    // Byte by byte: a copy of a variable length would be a call.
+    key.iter()
+        .enumerate()
+        .fold(0, |h, (i, &b)| h | u64::from(b) << (56 - 8 * i))
 }
 
 /// Key order (memcmp), deciding most comparisons on the 8-byte heads.
@@ -76,7 +77,12 @@ pub(crate) fn compare_past_heads(a: &[u8], b: &[u8]) -> Ordering {
         // (kv40 keys end here: 40 bytes are five words.)
         return a_rest.len().cmp(&b_rest.len());
     }
-    a_rest.cmp(b_rest)
+    // Under 8 bytes left in one of them: their zero-padded heads, then
+    // (equal heads) the shorter first, as for short keys above.
+    match head(a_rest).cmp(&head(b_rest)) {
+        Ordering::Equal => a_rest.len().cmp(&b_rest.len()),
+        o => o,
+    }
 }
 
 /// Binary search over sorted keys given their heads; like `slice::binary_search`.
@@ -547,22 +553,90 @@ impl LeafData {
                 Err(_) => return Err(n),
             }
         };
-        if n <= 2 * SUMMARY_STRIDE {
-            return search_heads(self.heads(), key, |i| &self.key(i)[skip..]);
-        }
-        // The summary narrows the search to the blocks whose heads can equal
-        // the key's: entries before block `below - 1` have smaller heads,
-        // entries from block `up_to` on have larger ones.
-        let h = head(key);
-        let summary = &self.buf[..n.div_ceil(SUMMARY_STRIDE)];
-        let below = summary.partition_point(|&f| f < h);
-        let up_to = summary.partition_point(|&f| f <= h);
-        let lo = below.saturating_sub(1) * SUMMARY_STRIDE;
-        let hi = (up_to * SUMMARY_STRIDE).min(n);
+        let (lo, hi) = self.block_of(head(key));
         let heads = &self.heads()[lo..hi];
         match search_heads(heads, key, |i| &self.key(lo + i)[skip..]) {
             Ok(i) => Ok(lo + i),
             Err(i) => Err(lo + i),
+        }
+    }
+
+    /// The entries whose heads can equal `h` (a head taken past the skip),
+    /// as the summary narrows them: entries before block `below - 1` have
+    /// smaller heads, entries from block `up_to` on have larger ones. A
+    /// small leaf is searched whole.
+    #[inline]
+    fn block_of(&self, h: u64) -> (usize, usize) {
+        let n = self.n as usize;
+        if n <= 2 * SUMMARY_STRIDE {
+            return (0, n);
+        }
+        let summary = &self.buf[..n.div_ceil(SUMMARY_STRIDE)];
+        let below = summary.partition_point(|&f| f < h);
+        let up_to = summary.partition_point(|&f| f <= h);
+        let lo = below.saturating_sub(1) * SUMMARY_STRIDE;
+        (lo, (up_to * SUMMARY_STRIDE).min(n))
+    }
+
+    /// The head of `key` past the skip, not checking that `key` holds the
+    /// shared prefix (for prefetching, where a wrong guess costs nothing).
+    #[inline]
+    fn guess_head(&self, key: &[u8]) -> u64 {
+        head(&key[(self.skip as usize).min(key.len())..])
+    }
+
+    /// For lookups made side by side (`read::get_each`), each step asks
+    /// for what the next one reads, so that the waits of many lookups
+    /// overlap instead of following one another: `prefetch_start` (the
+    /// summary), then `prefetch_block` (the heads and slots the summary
+    /// points at, and the first key, which holds the shared prefix), then
+    /// `prefetch_entry` (the key and inline value the heads point at), then
+    /// `find`. A leaf's whole index is 1 to 2 KiB; asking for all of it for
+    /// dozens of lookups at once would queue more than the CPU can fetch.
+    #[inline]
+    pub fn prefetch_start(&self) {
+        prefetch_line(self.buf.as_ptr().cast());
+    }
+
+    #[inline]
+    pub fn prefetch_block(&self, key: &[u8]) {
+        let (lo, hi) = self.block_of(self.guess_head(key));
+        if lo >= hi {
+            return;
+        }
+        let layout = self.layout();
+        for range in [
+            layout.heads + lo..layout.heads + hi,
+            layout.slots + 2 * lo..layout.slots + 2 * hi,
+        ] {
+            let first = range.start & !7;
+            for w in (first..range.end).step_by(8) {
+                prefetch_line(self.buf[w..].as_ptr().cast());
+            }
+        }
+        if self.skip > 0 {
+            prefetch_line(self.buf[layout.data..].as_ptr().cast());
+        }
+    }
+
+    #[inline]
+    pub fn prefetch_entry(&self, key: &[u8]) {
+        let h = self.guess_head(key);
+        let (lo, hi) = self.block_of(h);
+        let heads = &self.heads()[lo..hi];
+        let i = lo + heads.partition_point(|&x| x < h);
+        if i < hi && self.heads()[i] == h {
+            let s = &self.slots()[i];
+            let data = self.layout().data * 8;
+            let start = data + s.key_off as usize;
+            let mut end = start + s.key_len as usize;
+            if s.kind == KIND_INLINE {
+                end = end.max(data + (s.val + s.val_len) as usize);
+            }
+            let bytes: &[u8] = bytemuck::cast_slice(&self.buf);
+            for at in (start & !63..end.min(bytes.len())).step_by(64) {
+                prefetch_line(bytes[at..].as_ptr());
+            }
         }
     }
 

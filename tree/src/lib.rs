@@ -26,4 +26,4 @@ pub use leaf::{compare_keys, head as key_head, prefetch_line, ValueRef, INLINE_V
 pub use node::{DiskRef, Node};
 pub use page::MAX_LEVEL;
 pub use pager::{Durable, Pager, PagerStats};
-pub use read::{get_into, keys_in_leaf_of, Cursor};
+pub use read::{get_each, get_into, keys_in_leaf_of, Cursor};

@@ -84,6 +84,15 @@ impl IndexHint {
         }
     }
 
+    /// Starts fetching the first line of the child's index (a leaf's
+    /// summary).
+    #[inline]
+    pub fn prefetch_first(self) {
+        if self.lines > 0 {
+            crate::leaf::prefetch_line(self.start as *const u8);
+        }
+    }
+
     /// Starts fetching the child's index into the CPU cache.
     #[inline]
     pub fn prefetch(self) {

@@ -60,6 +60,156 @@ fn get_in(pager: &Pager, node: &Node, key: &[u8], out: &mut Vec<u8>) -> Result<b
     }
 }
 
+/// Looks up every key of `keys` under `root`, calling `found(i, value)` for
+/// each in order (`None` when absent); stops at the first error.
+///
+/// The lookups go down the tree side by side, one level at a time, each
+/// level in passes: a pass asks for what every lookup needs next (a node,
+/// its index, the child slot, the entry) and the following pass uses it.
+/// One lookup alone waits for memory once or twice per level, one miss
+/// after another; here the misses of all of them are in flight at once.
+/// (All leaves are at level 0, so every lookup is at the same level.)
+pub fn get_each(
+    pager: &Pager,
+    root: &Arc<Node>,
+    keys: &[&[u8]],
+    found: &mut dyn FnMut(usize, Option<&[u8]>),
+) -> Result<(), Error> {
+    let nodes: Vec<NodeRef<'_>> = keys.iter().map(|_| NodeRef::Borrowed(root)).collect();
+    let mut out = Vec::new();
+    descend_each(pager, &nodes, keys, &mut out, found)
+}
+
+/// A node a lookup is at: in memory under its parent, or loaded.
+enum NodeRef<'a> {
+    Borrowed(&'a Node),
+    Loaded(Arc<Node>),
+}
+
+impl NodeRef<'_> {
+    #[inline]
+    fn node(&self) -> &Node {
+        match self {
+            NodeRef::Borrowed(n) => n,
+            NodeRef::Loaded(n) => n,
+        }
+    }
+}
+
+/// Lines of a node asked for ahead: its level and body (a leaf's data
+/// inline) lie in its first few.
+const NODE_LINES: usize = 4;
+
+fn prefetch_node(node: &Arc<Node>) {
+    let at = Arc::as_ptr(node).cast::<u8>();
+    for line in 0..NODE_LINES {
+        prefetch_line(at.wrapping_add(line * 64));
+    }
+}
+
+/// One level of `get_each`; `nodes[i]` is where `keys[i]`'s lookup is.
+fn descend_each(
+    pager: &Pager,
+    nodes: &[NodeRef<'_>],
+    keys: &[&[u8]],
+    out: &mut Vec<u8>,
+    found: &mut dyn FnMut(usize, Option<&[u8]>),
+) -> Result<(), Error> {
+    let Some(first) = nodes.first() else {
+        return Ok(());
+    };
+    let level = first.node().level();
+    if level == 0 {
+        return leaves_each(pager, nodes, keys, out, found);
+    }
+    // The separators' owner, behind the node.
+    for n in nodes {
+        if let Body::Internal { base, .. } = n.node().body() {
+            prefetch_line(Arc::as_ptr(base).cast());
+        }
+    }
+    // The child each key goes to, and its slot.
+    let mut picks = Vec::with_capacity(nodes.len());
+    for (n, key) in nodes.iter().zip(keys) {
+        let Body::Internal { base, .. } = n.node().body() else {
+            unreachable!("every node of a level above 0 is internal");
+        };
+        let i = base.child_index(key);
+        prefetch_line((base.child(i) as *const ChildRef).cast());
+        picks.push(i);
+    }
+    // The children: in memory (their node and index asked for: a leaf's
+    // first line only, see `LeafData::prefetch_start`), or loaded.
+    let mut next = Vec::with_capacity(nodes.len());
+    for (n, &i) in nodes.iter().zip(&picks) {
+        let node = n.node();
+        next.push(match node.child_ref(i) {
+            ChildRef::Mem(child, hint) => {
+                prefetch_node(child);
+                if level == 1 {
+                    hint.prefetch_first();
+                } else {
+                    hint.prefetch();
+                }
+                NodeRef::Borrowed(child.as_ref())
+            }
+            ChildRef::Disk(at) => NodeRef::Loaded(pager.load(*at, level - 1)?),
+        });
+    }
+    descend_each(pager, &next, keys, out, found)
+}
+
+fn leaves_each(
+    pager: &Pager,
+    nodes: &[NodeRef<'_>],
+    keys: &[&[u8]],
+    out: &mut Vec<u8>,
+    found: &mut dyn FnMut(usize, Option<&[u8]>),
+) -> Result<(), Error> {
+    fn leaf<'n>(n: &'n NodeRef<'_>) -> (Option<&'n LeafData>, Option<&'n LeafData>) {
+        match n.node().body() {
+            Body::Leaf { base, delta } => (base.mem(), delta.as_ref()),
+            Body::Internal { .. } => unreachable!("every node of level 0 is a leaf"),
+        }
+    }
+    // The heads and slots each key's search reads, then the entries they
+    // point at, asked for.
+    for (n, key) in nodes.iter().zip(keys) {
+        let (base, delta) = leaf(n);
+        delta
+            .into_iter()
+            .chain(base)
+            .for_each(|d| d.prefetch_block(key));
+    }
+    for (n, key) in nodes.iter().zip(keys) {
+        let (base, delta) = leaf(n);
+        delta
+            .into_iter()
+            .chain(base)
+            .for_each(|d| d.prefetch_entry(key));
+    }
+    for (i, (n, key)) in nodes.iter().zip(keys).enumerate() {
+        let Body::Leaf { base, delta } = n.node().body() else {
+            unreachable!("every node of level 0 is a leaf");
+        };
+        let entry = match delta
+            .as_ref()
+            .and_then(|d| d.find(key).ok().map(|j| d.entry(j)))
+        {
+            Some(e) => copy_entry(pager, e, out)?,
+            None => {
+                let base = pager.base(base)?;
+                match base.find(key) {
+                    Ok(j) => copy_entry(pager, base.entry(j), out)?,
+                    Err(_) => false,
+                }
+            }
+        };
+        found(i, entry.then_some(out.as_slice()));
+    }
+    Ok(())
+}
+
 /// How many of `keys` (sorted, unique) lie in the leaf that holds or would
 /// hold `keys[at]`: how densely a batch of those keys would hit that leaf.
 /// Descends one path, loading its nodes; leaves are not read.
