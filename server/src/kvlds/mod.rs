@@ -9,8 +9,9 @@
 //! flight but send a new one as each answer arrives, so requests come a few
 //! dozen per read and each answer is wanted at once; a hand-off to another
 //! task, a message and an allocation per answer cost more than the lookup.
-//! Only write completions cross threads (from the commit thread), one
-//! message per group of writes.
+//! The GETs of one read are looked up together (`Db::get_each`), so their
+//! waits for memory overlap. Only write completions cross threads (from the
+//! commit thread), one message per group of writes.
 //!
 //! Limits per connection: at most `MAX_IN_FLIGHT` writes unanswered, and
 //! at most `MAX_UNSENT` bytes of answers not yet taken by the socket (plus
@@ -47,6 +48,9 @@ const IDLE_BUFFER: usize = 4 << 10;
 const MAX_READ: usize = 64 << 10;
 /// Plain writes merged into one batch stay below this size.
 const MAX_GROUP_BYTES: usize = 1 << 20;
+/// GETs looked up together, at most (their answers are about 300 bytes
+/// each at most, so `MAX_UNSENT` holds with room).
+const MAX_GETS_AT_ONCE: usize = 256;
 
 /// A group of writes answered, sent from the commit thread.
 enum Completed {
@@ -78,7 +82,7 @@ struct Conn {
     /// The open group of plain writes, and the writes ready to queue.
     group: Option<PlainGroup>,
     writes: Vec<(WriteBatch, Done)>,
-    /// Reused by GET (the value) and RANGE (the pairs).
+    /// Reused by RANGE (the pairs).
     scratch: Vec<u8>,
     /// Why the connection must close once what came before is answered.
     close: Option<String>,
@@ -107,18 +111,23 @@ pub async fn serve(stream: Box<dyn Stream>, peer: String, shared: Arc<Shared>) {
     loop {
         // Every complete request read so far, within the limits.
         let mut used = 0;
+        let mut gets = Vec::new();
         while c.close.is_none() && c.pending < MAX_IN_FLIGHT && c.unsent() < MAX_UNSENT {
             match packet::parse(&buf[used..]) {
                 Ok(Some(p)) => {
                     used += p.len;
-                    if let Err(reason) = c.handle(p.id, p.record) {
+                    if let Err(reason) = c.handle(p.id, p.record, &mut gets) {
                         c.close = Some(reason);
+                    }
+                    if gets.len() == MAX_GETS_AT_ONCE {
+                        c.answer_gets(&mut gets);
                     }
                 }
                 Ok(None) => break,
                 Err(e) => c.close = Some(format!("malformed packet: {e}")),
             }
         }
+        c.answer_gets(&mut gets);
         buf.drain(..used);
         // The writes this read brought in, queued at once.
         c.queue().await;
@@ -181,9 +190,15 @@ impl Conn {
         self.out.len() - self.sent
     }
 
-    /// Answers one read at once, into `out`; gathers a write for the
-    /// commit; or says why the connection must close.
-    fn handle(&mut self, id: u64, record: &[u8]) -> Result<(), String> {
+    /// Answers one read at once, into `out`, or gathers it into `gets`
+    /// (answered together); gathers a write for the commit; or says why the
+    /// connection must close.
+    fn handle<'r>(
+        &mut self,
+        id: u64,
+        record: &'r [u8],
+        gets: &mut Vec<(u64, &'r [u8])>,
+    ) -> Result<(), String> {
         let req = request::parse(record).map_err(|e| format!("malformed request: {e}"))?;
         let mut b = WriteBatch::new();
         let built = match req {
@@ -191,7 +206,10 @@ impl Conn {
                 packet::write(&mut self.out, id, &request::params());
                 return Ok(());
             }
-            Request::Get { key } => return self.get(id, key),
+            Request::Get { key } => {
+                gets.push((id, key));
+                return Ok(());
+            }
             Request::Range {
                 max_bytes,
                 start,
@@ -238,28 +256,36 @@ impl Conn {
         Ok(())
     }
 
-    fn get(&mut self, id: u64, key: &[u8]) -> Result<(), String> {
-        let found = self
-            .shared
-            .db
-            .get_into(key, &mut self.scratch)
-            .map_err(|e| format!("GET failed: {e}"))?;
-        let v = &self.scratch;
-        if found && v.len() > MAX_LEN {
-            return Err(format!(
-                "GET: the value is {} bytes, more than this protocol carries ({MAX_LEN})",
-                v.len()
-            ));
+    /// Answers the GETs gathered, looked up side by side (`Db::get_each`:
+    /// their waits for memory overlap); a failure closes the connection.
+    fn answer_gets(&mut self, gets: &mut Vec<(u64, &[u8])>) {
+        if gets.is_empty() {
+            return;
         }
-        packet::write_with(&mut self.out, id, |out| {
-            if found {
-                out.extend_from_slice(&OK.to_be_bytes());
-                request::push_string(out, v);
-            } else {
-                out.extend_from_slice(&NOT_DONE.to_be_bytes());
+        let keys: Vec<&[u8]> = gets.iter().map(|&(_, k)| k).collect();
+        let out = &mut self.out;
+        let mut too_long = None;
+        let looked_up = self.shared.db.get_each(&keys, |i, value| {
+            let id = gets[i].0;
+            match value {
+                Some(v) if v.len() > MAX_LEN => {
+                    too_long.get_or_insert(v.len());
+                }
+                Some(v) => packet::write_with(out, id, |out| {
+                    out.extend_from_slice(&OK.to_be_bytes());
+                    request::push_string(out, v);
+                }),
+                None => packet::write(out, id, &NOT_DONE.to_be_bytes()),
             }
         });
-        Ok(())
+        gets.clear();
+        if let Err(e) = looked_up {
+            self.close.get_or_insert(format!("GET failed: {e}"));
+        } else if let Some(len) = too_long {
+            self.close.get_or_insert(format!(
+                "GET: a value is {len} bytes, more than this protocol carries ({MAX_LEN})"
+            ));
+        }
     }
 
     /// A RANGE answer: pairs with start <= key < end (to the end of the
