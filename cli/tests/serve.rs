@@ -601,6 +601,87 @@ fn malformed_input_closes_only_its_own_connection() {
     assert!(server.stop().success(), "SIGTERM stops the server cleanly");
 }
 
+/// A pipeline of GETs (looked up together) mixed with writes and large
+/// values: every reply in order, each GET seeing the writes sent before it.
+#[test]
+fn resp_pipelined_gets_answer_in_order_around_writes_and_large_values() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = Server::start(&tmp.path().join("store"));
+    let mut r = Resp::connect(&server.resp);
+    let big: Vec<u8> = (0..3 << 20).map(|i: u32| (i % 251) as u8).collect();
+    assert_eq!(r.call(&[b"SET", b"big", &big]), Val::Ok("OK".into()));
+    for i in 0..50u32 {
+        let k = format!("k{i}");
+        assert_eq!(
+            r.call(&[b"SET", k.as_bytes(), &i.to_be_bytes()]),
+            Val::Ok("OK".into())
+        );
+    }
+    // 3 MiB values among small ones, so replies pass the output flush
+    // point in the middle of a batch of GETs; a SET then GETs of its key.
+    let mut model: std::collections::HashMap<Vec<u8>, Vec<u8>> = (0..50u32)
+        .map(|i| (format!("k{i}").into_bytes(), i.to_be_bytes().to_vec()))
+        .collect();
+    model.insert(b"big".to_vec(), big);
+    let mut want = Vec::new();
+    let mut pipeline = Vec::new();
+    for round in 0..4u32 {
+        let mut keys: Vec<Vec<u8>> = Vec::new();
+        for i in 0..60u32 {
+            keys.push(format!("k{}", i % 55).into_bytes());
+            if i % 20 == 7 {
+                keys.push(b"big".to_vec());
+            }
+        }
+        for k in &keys {
+            pipeline.extend(Resp::encode(&[b"GET", k]));
+            want.push(Val::Bulk(model.get(k).cloned()));
+        }
+        let v = format!("round{round}").into_bytes();
+        pipeline.extend(Resp::encode(&[b"SET", b"k3", &v]));
+        want.push(Val::Ok("OK".into()));
+        model.insert(b"k3".to_vec(), v.clone());
+        pipeline.extend(Resp::encode(&[b"GET", b"k3"]));
+        want.push(Val::Bulk(Some(v)));
+    }
+    let mut w = r.w.try_clone().unwrap();
+    let sender = std::thread::spawn(move || w.write_all(&pipeline).unwrap());
+    for (i, want) in want.iter().enumerate() {
+        assert_eq!(r.read().as_ref(), Some(want), "reply {i}");
+    }
+    sender.join().unwrap();
+}
+
+/// Pipelined GETs of large values: replies go out as they are made, not
+/// all gathered first (64 GETs of a 16 MiB value would be 1 GiB).
+#[cfg(target_os = "linux")]
+#[test]
+fn resp_pipelined_gets_of_large_values_are_not_all_buffered() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = Server::start(&tmp.path().join("store"));
+    let mut r = Resp::connect(&server.resp);
+    let big = vec![7u8; 16 << 20];
+    assert_eq!(r.call(&[b"SET", b"big", &big]), Val::Ok("OK".into()));
+    let pipeline: Vec<u8> = (0..64)
+        .flat_map(|_| Resp::encode(&[b"GET", b"big"]))
+        .collect();
+    r.w.write_all(&pipeline).unwrap();
+    for i in 0..64 {
+        assert_eq!(r.read(), Some(Val::Bulk(Some(big.clone()))), "reply {i}");
+    }
+    let status = std::fs::read_to_string(format!("/proc/{}/status", server.child.id())).unwrap();
+    let peak_kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .expect("VmHWM in /proc/PID/status");
+    assert!(
+        peak_kib < 512 << 10,
+        "the server's peak resident memory was {} MiB",
+        peak_kib >> 10
+    );
+}
+
 #[test]
 fn resp_commands_and_pipelines() {
     let tmp = tempfile::tempdir().unwrap();

@@ -23,6 +23,7 @@ use kivi_tree::{
 };
 use parking_lot::Mutex;
 use std::collections::HashMap;
+use std::ops::ControlFlow;
 use std::ops::RangeBounds;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -321,14 +322,15 @@ impl Db {
     }
 
     /// Reads the values under `keys`, all as of one moment, calling
-    /// `found(i, value)` for each key in order (`None` when absent); stops
-    /// at the first error. Faster than one `get` after another when the
-    /// keys are many and not all in the CPU's cache: the lookups go down
-    /// the tree side by side, so their waits for memory overlap.
+    /// `found(i, value)` for each key in order (`None` when absent), until
+    /// it answers `Break` or a read fails. Faster than one `get` after
+    /// another when the keys are many and not all in the CPU's cache: the
+    /// lookups go down the tree side by side, so their waits for memory
+    /// overlap.
     pub fn get_each(
         &self,
         keys: &[&[u8]],
-        mut found: impl FnMut(usize, Option<&[u8]>),
+        mut found: impl FnMut(usize, Option<&[u8]>) -> ControlFlow<()>,
     ) -> Result<()> {
         if let Some(k) = keys.iter().find(|k| k.len() > MAX_KEY_LEN) {
             return Err(Error::KeyTooLarge {
@@ -347,29 +349,31 @@ impl Db {
             .filter(|(i, _)| buffered[*i].is_none())
             .map(|(i, k)| (i, *k))
             .unzip();
+        // Answers key `i` after the buffered keys before it.
         let mut next = 0;
-        let mut report_buffered = |until: usize, found: &mut dyn FnMut(usize, Option<&[u8]>)| {
-            for (i, b) in buffered.iter().enumerate().take(until).skip(next) {
+        let mut answer = |i: usize, value: Option<&[u8]>| -> ControlFlow<()> {
+            for (j, b) in buffered.iter().enumerate().take(i).skip(next) {
                 found(
-                    i,
+                    j,
                     b.expect("the buffer answers every key the tree does not"),
-                );
+                )?;
             }
-            next = until + 1;
+            next = i + 1;
+            if i < keys.len() {
+                found(i, value)?;
+            }
+            ControlFlow::Continue(())
         };
-        if let Some(root) = &v.root {
-            get_each(&inner.pager, root, &tree_keys, &mut |t, value| {
-                let i = in_tree[t];
-                report_buffered(i, &mut found);
-                found(i, value);
-            })?;
-        } else {
-            for &i in &in_tree {
-                report_buffered(i, &mut found);
-                found(i, None);
-            }
+        let flow = match &v.root {
+            Some(root) => get_each(&inner.pager, root, &tree_keys, &mut |t, value| {
+                answer(in_tree[t], value)
+            })?,
+            None => in_tree.iter().try_for_each(|&i| answer(i, None)),
+        };
+        if flow.is_continue() {
+            // The buffered keys after the last one the tree answered.
+            let _ = answer(keys.len(), None);
         }
-        report_buffered(keys.len(), &mut found);
         Ok(())
     }
 

@@ -540,12 +540,30 @@ impl Harness {
                 "after step {n}: get_each of {}",
                 common::show(many[i])
             );
+            std::ops::ControlFlow::Continue(())
         })
         .expect("get_each failed");
         assert_eq!(
             answered,
             many.len(),
             "after step {n}: get_each answered every key"
+        );
+        // Stopped partway: nothing after the stop is answered.
+        let stop_after = n % many.len() + 1;
+        let mut answered = 0;
+        db.get_each(&many, |i, _| {
+            assert!(i < stop_after, "after step {n}: answered past a stop");
+            answered += 1;
+            if answered == stop_after {
+                std::ops::ControlFlow::Break(())
+            } else {
+                std::ops::ControlFlow::Continue(())
+            }
+        })
+        .expect("get_each failed");
+        assert_eq!(
+            answered, stop_after,
+            "after step {n}: get_each stopped where asked"
         );
         let all: Pairs = self
             .model

@@ -11,6 +11,7 @@ use crate::leaf_view::{At, LeafView};
 use crate::node::{Body, ChildRef, LeafBase, Node};
 use crate::pager::Pager;
 use kivi_log::{Corruption, Error};
+use std::ops::ControlFlow;
 use std::sync::Arc;
 
 /// The value stored under `key`, read into `out`; `Ok(false)` if absent.
@@ -61,7 +62,8 @@ fn get_in(pager: &Pager, node: &Node, key: &[u8], out: &mut Vec<u8>) -> Result<b
 }
 
 /// Looks up every key of `keys` under `root`, calling `found(i, value)` for
-/// each in order (`None` when absent); stops at the first error.
+/// each in order (`None` when absent), until it answers `Break` (returned)
+/// or a read fails.
 ///
 /// The lookups go down the tree side by side, one level at a time, each
 /// level in passes: a pass asks for what every lookup needs next (a node,
@@ -73,12 +75,15 @@ pub fn get_each(
     pager: &Pager,
     root: &Arc<Node>,
     keys: &[&[u8]],
-    found: &mut dyn FnMut(usize, Option<&[u8]>),
-) -> Result<(), Error> {
+    found: &mut Found<'_>,
+) -> Result<ControlFlow<()>, Error> {
     let nodes: Vec<NodeRef<'_>> = keys.iter().map(|_| NodeRef::Borrowed(root)).collect();
     let mut out = Vec::new();
     descend_each(pager, &nodes, keys, &mut out, found)
 }
+
+/// What `get_each` calls with each key's index and value.
+pub type Found<'f> = dyn FnMut(usize, Option<&[u8]>) -> ControlFlow<()> + 'f;
 
 /// A node a lookup is at: in memory under its parent, or loaded.
 enum NodeRef<'a> {
@@ -113,10 +118,10 @@ fn descend_each(
     nodes: &[NodeRef<'_>],
     keys: &[&[u8]],
     out: &mut Vec<u8>,
-    found: &mut dyn FnMut(usize, Option<&[u8]>),
-) -> Result<(), Error> {
+    found: &mut Found<'_>,
+) -> Result<ControlFlow<()>, Error> {
     let Some(first) = nodes.first() else {
-        return Ok(());
+        return Ok(ControlFlow::Continue(()));
     };
     let level = first.node().level();
     if level == 0 {
@@ -164,8 +169,8 @@ fn leaves_each(
     nodes: &[NodeRef<'_>],
     keys: &[&[u8]],
     out: &mut Vec<u8>,
-    found: &mut dyn FnMut(usize, Option<&[u8]>),
-) -> Result<(), Error> {
+    found: &mut Found<'_>,
+) -> Result<ControlFlow<()>, Error> {
     fn leaf<'n>(n: &'n NodeRef<'_>) -> (Option<&'n LeafData>, Option<&'n LeafData>) {
         match n.node().body() {
             Body::Leaf { base, delta } => (base.mem(), delta.as_ref()),
@@ -205,9 +210,11 @@ fn leaves_each(
                 }
             }
         };
-        found(i, entry.then_some(out.as_slice()));
+        if found(i, entry.then_some(out.as_slice())).is_break() {
+            return Ok(ControlFlow::Break(()));
+        }
     }
-    Ok(())
+    Ok(ControlFlow::Continue(()))
 }
 
 /// How many of `keys` (sorted, unique) lie in the leaf that holds or would

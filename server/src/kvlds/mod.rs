@@ -26,7 +26,7 @@ use crate::listen::Stream;
 use crate::Shared;
 use kivi::{WriteBatch, WriteOutcome};
 use request::{Request, MAX_LEN, NOT_DONE, OK};
-use std::ops::Bound;
+use std::ops::{Bound, ControlFlow};
 use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
@@ -277,6 +277,9 @@ impl Conn {
                 }),
                 None => packet::write(out, id, &NOT_DONE.to_be_bytes()),
             }
+            // kvlds values are at most 255 bytes: `MAX_GETS_AT_ONCE` of
+            // them stay far below `MAX_UNSENT`.
+            ControlFlow::Continue(())
         });
         gets.clear();
         if let Err(e) = looked_up {

@@ -17,6 +17,7 @@ use commands::{Answer, Session};
 use kivi::WriteOutcome;
 use reply::Reply;
 use std::collections::VecDeque;
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::oneshot;
@@ -77,6 +78,58 @@ async fn queue(
     shared.committer.submit_all(std::mem::take(writes)).await;
 }
 
+/// GETs looked up together, at most.
+const MAX_GETS_AT_ONCE: usize = 256;
+
+fn is_plain_get(args: &[Vec<u8>]) -> bool {
+    args.len() == 2 && args[0].eq_ignore_ascii_case(b"GET")
+}
+
+/// Answers the GETs gathered (every command before them is answered), looked
+/// up together so that their waits for memory overlap (`Db::get_each`).
+/// Replies past `OUT_FLUSH` bytes are written out before the next lookups,
+/// as one GET after another would: values are up to 16 MiB. Returns false
+/// when the client is gone.
+async fn answer_gets(
+    shared: &Shared,
+    stream: &mut Box<dyn Stream>,
+    gets: &mut Vec<Vec<u8>>,
+    out: &mut Vec<u8>,
+    resp3: bool,
+) -> bool {
+    let keys: Vec<&[u8]> = gets.iter().map(|k| k.as_slice()).collect();
+    let mut answered = 0;
+    while answered < keys.len() {
+        let looked_up = shared.db.get_each(&keys[answered..], |_, value| {
+            match value {
+                Some(v) => reply::write_bulk(out, v),
+                None => reply::write_null(out, resp3),
+            }
+            answered += 1;
+            if out.len() >= OUT_FLUSH {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        });
+        if let Err(e) = looked_up {
+            // Every GET gets its reply, in order: the failed ones an error.
+            for _ in answered..keys.len() {
+                Reply::err(e.to_string()).write(out, resp3);
+            }
+            break;
+        }
+        if answered < keys.len() {
+            if stream.write_all(out).await.is_err() {
+                return false;
+            }
+            out.clear();
+        }
+    }
+    gets.clear();
+    true
+}
+
 /// Writes the replies of every slot, in order, waiting for pending writes.
 async fn settle(slots: &mut VecDeque<Slot>, out: &mut Vec<u8>, resp3: bool) {
     while let Some(slot) = slots.pop_front() {
@@ -117,6 +170,7 @@ pub async fn serve(mut stream: Box<dyn Stream>, peer: String, shared: Arc<Shared
     let mut slots: VecDeque<Slot> = VecDeque::new();
     let mut writes: Vec<(kivi::WriteBatch, Done)> = Vec::new();
     let mut group: Option<(kivi::WriteBatch, usize)> = None;
+    let mut gets: Vec<Vec<u8>> = Vec::new();
     loop {
         let mut used = 0;
         let mut need = None;
@@ -136,6 +190,24 @@ pub async fn serve(mut stream: Box<dyn Stream>, peer: String, shared: Arc<Shared
             used += parsed.len;
             if parsed.args.is_empty() {
                 continue;
+            }
+            // A GET with nothing of this connection's still unanswered
+            // before it waits to be looked up with the GETs after it.
+            if is_plain_get(&parsed.args)
+                && slots.is_empty()
+                && group.is_none()
+                && writes.is_empty()
+            {
+                if gets.len() == MAX_GETS_AT_ONCE
+                    && !answer_gets(&shared, &mut stream, &mut gets, &mut out, session.resp3).await
+                {
+                    return;
+                }
+                gets.push(std::mem::take(&mut parsed.args[1]));
+                continue;
+            }
+            if !answer_gets(&shared, &mut stream, &mut gets, &mut out, session.resp3).await {
+                return;
             }
             match commands::write_plan(&mut parsed.args) {
                 Some(Ok((batch, _))) if !batch.has_conditions() => match &mut group {
@@ -184,6 +256,9 @@ pub async fn serve(mut stream: Box<dyn Stream>, peer: String, shared: Arc<Shared
             }
         }
         buf.drain(..used);
+        if !answer_gets(&shared, &mut stream, &mut gets, &mut out, session.resp3).await {
+            return;
+        }
         // Every write this read brought in, queued at once.
         queue(&shared, &mut group, &mut writes, &mut slots).await;
         settle(&mut slots, &mut out, session.resp3).await;

@@ -47,21 +47,14 @@ impl Reply {
             }
             Reply::Int(i) => {
                 out.push(b':');
-                out.extend_from_slice(i.to_string().as_bytes());
+                push_decimal(out, *i);
                 out.extend_from_slice(b"\r\n");
             }
-            Reply::Bulk(b) => {
-                out.push(b'$');
-                out.extend_from_slice(b.len().to_string().as_bytes());
-                out.extend_from_slice(b"\r\n");
-                out.extend_from_slice(b);
-                out.extend_from_slice(b"\r\n");
-            }
-            Reply::Null if resp3 => out.extend_from_slice(b"_\r\n"),
-            Reply::Null => out.extend_from_slice(b"$-1\r\n"),
+            Reply::Bulk(b) => write_bulk(out, b),
+            Reply::Null => write_null(out, resp3),
             Reply::Array(items) => {
                 out.push(b'*');
-                out.extend_from_slice(items.len().to_string().as_bytes());
+                push_decimal(out, items.len() as i64);
                 out.extend_from_slice(b"\r\n");
                 for i in items {
                     i.write(out, resp3);
@@ -70,7 +63,7 @@ impl Reply {
             Reply::Map(pairs) => {
                 let n = if resp3 { pairs.len() } else { pairs.len() * 2 };
                 out.push(if resp3 { b'%' } else { b'*' });
-                out.extend_from_slice(n.to_string().as_bytes());
+                push_decimal(out, n as i64);
                 out.extend_from_slice(b"\r\n");
                 for (k, v) in pairs {
                     k.write(out, resp3);
@@ -79,6 +72,39 @@ impl Reply {
             }
         }
     }
+}
+
+/// A bulk string reply, written where it is sent from.
+pub fn write_bulk(out: &mut Vec<u8>, b: &[u8]) {
+    out.push(b'$');
+    push_decimal(out, b.len() as i64);
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(b);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// The null reply, as the protocol version spells it.
+pub fn write_null(out: &mut Vec<u8>, resp3: bool) {
+    out.extend_from_slice(if resp3 { b"_\r\n" } else { b"$-1\r\n" });
+}
+
+/// `n` in decimal, without an allocation (every reply has a length).
+fn push_decimal(out: &mut Vec<u8>, n: i64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut m = n.unsigned_abs();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (m % 10) as u8;
+        m /= 10;
+        if m == 0 {
+            break;
+        }
+    }
+    if n < 0 {
+        out.push(b'-');
+    }
+    out.extend_from_slice(&digits[at..]);
 }
 
 #[cfg(test)]
@@ -101,6 +127,15 @@ mod tests {
         );
         assert_eq!(wire(&Reply::err("a\r\nb"), false), "-ERR a  b\r\n");
         assert_eq!(wire(&Reply::Int(-3), false), ":-3\r\n");
+        assert_eq!(wire(&Reply::Int(0), false), ":0\r\n");
+        assert_eq!(
+            wire(&Reply::Int(i64::MIN), false),
+            format!(":{}\r\n", i64::MIN)
+        );
+        assert_eq!(
+            wire(&Reply::Int(1234567890123), false),
+            ":1234567890123\r\n"
+        );
         assert_eq!(wire(&Reply::bulk("hi"), false), "$2\r\nhi\r\n");
         assert_eq!(wire(&Reply::Null, false), "$-1\r\n");
         assert_eq!(wire(&Reply::Null, true), "_\r\n");
