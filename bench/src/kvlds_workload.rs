@@ -58,6 +58,11 @@ impl Kind {
         }
     }
 
+    /// The workload whose `short` name is `s`.
+    pub fn from_short(s: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.short() == s)
+    }
+
     /// A short name, for directory names (Unix socket paths are short).
     pub fn short(self) -> &'static str {
         match self {

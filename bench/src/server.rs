@@ -59,6 +59,10 @@ pub struct Config {
     pub timing: Timing,
     /// A built kivaloo source tree (DIR/lbs/lbs and DIR/kvlds/kvlds).
     pub kivaloo: Option<PathBuf>,
+    /// The kvlds workloads to run (all by default), and whether to run
+    /// redis-benchmark.
+    pub kvlds: Vec<Kind>,
+    pub redis: bool,
 }
 
 /// A `kivi serve` child on a fresh store, stopped (SIGTERM) on drop.
@@ -591,7 +595,7 @@ fn kvlds_round(
     }
     let mut out = Vec::new();
     let n = cfg.n;
-    for kind in Kind::ALL {
+    for &kind in &cfg.kvlds {
         for &t in &targets {
             let w = cfg
                 .dir
@@ -801,6 +805,9 @@ pub fn run(cfg: &Config) -> Result<Vec<Record>, BenchError> {
     let mut out = Vec::new();
     for round in 1..=cfg.rounds {
         out.extend(kvlds_round(cfg, &targets, &pairs, round)?);
+        if !cfg.redis {
+            continue;
+        }
         let d = fresh(&cfg.dir, &format!("round{round}-kivi-resp"))?;
         {
             let server = KiviServer::start(&cfg.program, &d, None, true)?;

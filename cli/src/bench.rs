@@ -55,6 +55,18 @@ pub struct BenchArgs {
     /// its rate is their median
     #[arg(long, value_name = "S", default_value = "5", requires = "server", value_parser = clap::value_parser!(u32).range(1..))]
     seconds: u32,
+    /// With --server: what to run, comma-separated: kvlds workloads
+    /// (insert, update, extract, read, mixed, hotspot) and redis (the
+    /// redis-benchmark runs)
+    #[arg(
+        long,
+        value_name = "LIST",
+        default_value = "insert,update,extract,read,mixed,hotspot,redis",
+        value_delimiter = ',',
+        requires = "server",
+        value_parser = server_workload
+    )]
+    server_workloads: Vec<String>,
     /// Run the sealed-table workloads instead: sparkey's benchmark (write N
     /// puts, build the index, then random gets, each checked) for each
     /// compression of --compression; see docs/benchmarks.md
@@ -120,6 +132,16 @@ fn positive(s: &str) -> std::result::Result<u64, String> {
     }
 }
 
+fn server_workload(s: &str) -> std::result::Result<String, String> {
+    if s == "redis" || kivi_bench::kvlds_workload::Kind::from_short(s).is_some() {
+        Ok(s.to_string())
+    } else {
+        Err(format!(
+            "{s:?}: expected insert, update, extract, read, mixed, hotspot or redis"
+        ))
+    }
+}
+
 /// A duration in seconds, 0 or more (fractions allowed).
 fn seconds(s: &str) -> std::result::Result<f64, String> {
     match s.parse::<f64>() {
@@ -166,6 +188,11 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                 window: std::time::Duration::from_secs(1),
             },
             kivaloo: args.kivaloo.clone(),
+            kvlds: kivi_bench::kvlds_workload::Kind::ALL
+                .into_iter()
+                .filter(|k| args.server_workloads.iter().any(|w| w == k.short()))
+                .collect(),
+            redis: args.server_workloads.iter().any(|w| w == "redis"),
         };
         let records = kivi_bench::server::run(&cfg).map_err(bench_err)?;
         let mut out = std::io::stdout().lock();
