@@ -85,14 +85,14 @@ run() { # STORE WORKLOAD: prints the tool's figure
     *) "$k/bench/$2/$2" "$s" "$n" ;;
     esac
     if [ "$2" = random_mixed ]; then
-        du -sb "$d" | awk -v s="$1" -v n="$n" '{printf "%s store after random_mixed: %d bytes, %.1f per pair\n", s, $1, $1 / n}' >&2
+        du -sb "$d" | awk -v s="$1" -v n="$n" '{printf "%s store after random_mixed: %.0f bytes, %.1f per pair\n", s, $1, $1 / n}' >&2
     fi
     stop_server
     rm -rf "$d"
 }
 
 "$k/bench/mkpairs/mkpairs" "$n" >"$pairs"
-echo "kivaloo's tools, N = $n, $(date -u +%Y-%m-%dT%H:%MZ), kivi $("$kivi" --version 2>/dev/null || echo '?')"
+echo "kivaloo's tools, N = $n, $(date -u +%Y-%m-%dT%H:%MZ), $("$kivi" --version 2>/dev/null || echo "kivi ?")"
 printf '%-14s %12s %12s %8s\n' workload "kivi/s" "kivaloo/s" ratio
 first=kivi
 second=kivaloo

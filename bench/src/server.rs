@@ -966,10 +966,31 @@ fn report_text(cfg: &Config, records: &[Record], o: &mut String) -> std::fmt::Re
             let windows = k.windows.unwrap_or(0);
             let secs = k.window_seconds.unwrap_or(0.0);
             if windows == 0 {
-                writeln!(o, "  the whole run ({secs:.2} s; under one window)")?;
+                write!(o, "  the whole run ({secs:.2} s; under one window)")?;
             } else {
-                writeln!(o, "  {windows} windows of {} ms", (secs * 1000.0).round())?;
+                write!(o, "  {windows} windows of {} ms", (secs * 1000.0).round())?;
             }
+            if kivaloo && cfg.rounds > 1 {
+                // Each round's ratio: the two stores in the same minutes.
+                let each: Vec<String> = (1..=cfg.rounds)
+                    .filter_map(|round| {
+                        let rate = |store: &str| {
+                            records
+                                .iter()
+                                .find(|r| {
+                                    r.store == store
+                                        && r.workload == kind.name()
+                                        && r.client.as_deref() == Some(client.name())
+                                        && r.round == round
+                                })
+                                .and_then(|r| r.ops_per_sec)
+                        };
+                        Some(format!("{:.2}", rate("kivi-serve")? / rate("kivaloo")?))
+                    })
+                    .collect();
+                write!(o, "; ratio by round {}", each.join("/"))?;
+            }
+            writeln!(o)?;
         }
     }
     let space: Vec<&Record> = records
@@ -993,6 +1014,16 @@ fn report_text(cfg: &Config, records: &[Record], o: &mut String) -> std::fmt::Re
             }
         }
     }
+    let mut tests: Vec<&str> = records
+        .iter()
+        .filter(|r| r.workload.starts_with("redis_"))
+        .map(|r| r.workload.as_str())
+        .collect();
+    tests.sort_unstable();
+    tests.dedup();
+    if tests.is_empty() {
+        return Ok(());
+    }
     writeln!(o, "\nredis-benchmark (best round), requests/s")?;
     writeln!(
         o,
@@ -1005,13 +1036,6 @@ fn report_text(cfg: &Config, records: &[Record], o: &mut String) -> std::fmt::Re
         "kivi/everysec",
         "goal"
     )?;
-    let mut tests: Vec<&str> = records
-        .iter()
-        .filter(|r| r.workload.starts_with("redis_"))
-        .map(|r| r.workload.as_str())
-        .collect();
-    tests.sort_unstable();
-    tests.dedup();
     let rate = |store: &str, t: &str| {
         best(records, store, t, "redis-benchmark")
             .map_or(f64::NAN, |r| r.ops_per_sec.expect("a rate"))

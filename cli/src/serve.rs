@@ -69,9 +69,10 @@ pub fn run(store: &Store, a: ServeArgs<'_>) -> Result<()> {
 /// under kvlds bulk writes went to that zeroing (`clear_page_erms` under
 /// `do_huge_pmd_anonymous_page`). Without them only the 4 KiB pages
 /// touched are zeroed: kvlds bulk insert 1.8-2.3 M/s against 1.2-1.7 M/s,
-/// best rounds alternated (docs/benchmarks.md, "Transparent huge pages
-/// off"). Random reads lose some TLB reach in exchange. Best effort: on a
-/// kernel without the call nothing changes.
+/// best rounds alternated
+/// (docs/decisions/0001-serve-without-transparent-huge-pages.md). Random
+/// reads lose some TLB reach in exchange. Best effort: on a kernel without
+/// the call nothing changes.
 fn disable_transparent_huge_pages() {
     #[cfg(target_os = "linux")]
     // SAFETY: PR_SET_THP_DISABLE takes integer arguments only and touches
