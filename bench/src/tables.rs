@@ -65,21 +65,10 @@ pub fn sparkey_figures(c: Compression, n: u64) -> (Option<f64>, Option<f64>) {
 
 /// Writes `key_<i>` into `buf` (as sparkey's benchmark: `sprintf("key_%d")`).
 pub fn numbered(buf: &mut Vec<u8>, prefix: &[u8], i: u64) {
-    // Digits by hand: `write!` formatting costs more than the table's put.
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    let mut v = i;
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
+    // Not `write!`: formatting costs more than the table's put.
     buf.clear();
     buf.extend_from_slice(prefix);
-    buf.extend_from_slice(&digits[at..]);
+    buf.extend_from_slice(itoa::Buffer::new().format(i).as_bytes());
 }
 
 fn file_len(p: &Path) -> Result<u64, BenchError> {

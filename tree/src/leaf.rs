@@ -818,7 +818,7 @@ pub fn prefetch_line(at: *const u8) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -846,7 +846,7 @@ mod tests {
 
     /// Keys from a small alphabet, often sharing long prefixes and often
     /// of lengths around the 8-byte words `compare_keys` steps by.
-    fn near_key() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
+    pub(crate) fn near_key() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
         proptest::collection::vec(
             proptest::sample::select(vec![0u8, 1, 0x7f, 0x80, 0xff]),
             0..26,

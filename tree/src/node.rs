@@ -653,13 +653,7 @@ mod hint_tests {
 #[cfg(test)]
 mod child_index_tests {
     use super::*;
-
-    fn near_key() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
-        proptest::collection::vec(
-            proptest::sample::select(vec![0u8, 1, 0x7f, 0x80, 0xff]),
-            0..20,
-        )
-    }
+    use crate::leaf::tests::near_key;
 
     proptest::proptest! {
         #[test]

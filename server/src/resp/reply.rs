@@ -90,21 +90,7 @@ pub fn write_null(out: &mut Vec<u8>, resp3: bool) {
 
 /// `n` in decimal, without an allocation (every reply has a length).
 fn push_decimal(out: &mut Vec<u8>, n: i64) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    let mut m = n.unsigned_abs();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (m % 10) as u8;
-        m /= 10;
-        if m == 0 {
-            break;
-        }
-    }
-    if n < 0 {
-        out.push(b'-');
-    }
-    out.extend_from_slice(&digits[at..]);
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
 }
 
 #[cfg(test)]
