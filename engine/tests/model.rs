@@ -548,6 +548,22 @@ impl Harness {
             many.len(),
             "after step {n}: get_each answered every key"
         );
+        // One key at a time (a path of its own).
+        for k in keys() {
+            let mut got = None;
+            db.get_each(&[k.as_slice()], |i, v| {
+                assert_eq!(i, 0);
+                got = Some(v.map(|v| v.to_vec()));
+                std::ops::ControlFlow::Continue(())
+            })
+            .expect("get_each failed");
+            assert_eq!(
+                got,
+                Some(self.model.get(k).cloned()),
+                "after step {n}: get_each of {} alone",
+                common::show(k)
+            );
+        }
         // Stopped partway: nothing after the stop is answered.
         let stop_after = n % many.len() + 1;
         let mut answered = 0;
