@@ -1,4 +1,4 @@
-//! kivi's benchmark suite: the workloads of `shared/workloads.md`, run on
+//! kivi's benchmark suite: the workloads of docs/workloads.md, run on
 //! kivi and, with the `peers` feature, on the stores a user would pick
 //! instead (LMDB, RocksDB, LevelDB, redb, fjall), in the same run on the
 //! same machine, rounds interleaving the stores.

@@ -1,5 +1,5 @@
 //! Sealed-table workloads (`kivi bench --tables`): sparkey's own benchmark
-//! (`shared/workloads.md`, "Sealed-table workloads") on kivi's tables.
+//! (docs/workloads.md, "Sealed-table workload") on kivi's tables.
 //!
 //! For each compression: write N puts (`key_<i>` -> `value_<i>`), finish
 //! the table (the log, its index and kivi's checksum sidecar, each fsync'd
@@ -10,8 +10,8 @@
 //! which is what the index build's memory limit bounds.
 //!
 //! sparkey is not packaged for any registry this project installs from, so
-//! its figures are the ones `shared/workloads.md` gives for this class of
-//! machine, not a run beside kivi's; the report says so.
+//! its figures are the ones measured for it on this class of machine
+//! (docs/workloads.md), not a run beside kivi's; the report says so.
 
 use crate::kv40::mix;
 use crate::measure::{peak_rss, process_cpu, reset_peak_rss};
@@ -41,9 +41,9 @@ pub struct TablesConfig {
     pub lookups: u64,
 }
 
-/// sparkey's figures from `shared/workloads.md` (upper ends of the ranges
-/// given): (compression, n, puts per CPU-s, lookups per CPU-s). The file
-/// gives none for 10M: that row is this suite's own reference, lookups at
+/// sparkey's figures measured on this class of machine (docs/workloads.md;
+/// upper ends of the ranges): (compression, n, puts per CPU-s, lookups per
+/// CPU-s). There are none for 10M: that row is this suite's own reference, lookups at
 /// the midpoint of the 1M and 100M figures (the most demanding of the
 /// readings docs/benchmarks.md discusses), not a measurement.
 const SPARKEY: [(Compression, u64, Option<f64>, Option<f64>); 5] = [
@@ -275,9 +275,9 @@ fn summary(cfg: &TablesConfig, records: &[Record]) -> String {
         cfg.n,
         cfg.rounds,
         if cfg.n == 10_000_000 {
-            "uncompressed figures interpolated between shared/workloads.md's 1M and 100M"
+            "uncompressed figures interpolated between docs/workloads.md's 1M and 100M"
         } else {
-            "shared/workloads.md"
+            "docs/workloads.md"
         },
         "comp",
         "puts/CPU-s",

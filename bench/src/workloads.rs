@@ -1,4 +1,4 @@
-//! The embedded workloads of `shared/workloads.md`, each run against one
+//! The embedded workloads of docs/workloads.md, each run against one
 //! store through the [`Store`] interface. Every read checks the value it
 //! got (its first 8 bytes name the key it belongs to), every scan checks
 //! the order, and every write is durable.

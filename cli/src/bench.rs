@@ -17,7 +17,7 @@ pub struct BenchArgs {
         value_delimiter = ','
     )]
     stores: Vec<String>,
-    /// Workloads to run, comma-separated numbers or ranges (see shared/workloads.md):
+    /// Workloads to run, comma-separated numbers or ranges (see docs/workloads.md):
     /// 1 bulk insert, 2 random read, 3 random update, 4 random mixed, 5 range scan,
     /// 6 hot-spot read, 7 single put, 8 concurrent put, 9 space, 10 recovery
     #[arg(long, value_name = "LIST", default_value = "1-10", value_parser = workload_list)]

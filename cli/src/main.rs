@@ -154,7 +154,7 @@ enum Command {
     #[command(
         long_about = "Measure kivi, and with a build with `--features peers` the stores users \
         would pick instead, on kv40 data (40-byte keys and values): the workloads of \
-        shared/workloads.md, every write durable, every read checked, rounds interleaving the \
+        docs/workloads.md, every write durable, every read checked, rounds interleaving the \
         stores; then a table per workload with each store's best round and its ratio to kivi. \
         Before the rounds, a durability check counts each store's fsync-family calls per commit \
         under strace.\n\n\

@@ -1,6 +1,6 @@
 //! `kivi serve` end to end: a real server process on a temporary store,
 //! driven over real sockets by a kvlds client written here from the spec
-//! (`shared/specs/kivaloo-protocol.md`, checked against its test vectors)
+//! (docs/kvlds-protocol.md, checked against its test vectors)
 //! and a minimal RESP client; kill -9 in the middle of pipelined writes
 //! from several connections; malformed input on one connection while
 //! another keeps working. (redis-cli, redis-py and redis-benchmark drive

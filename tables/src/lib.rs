@@ -15,7 +15,7 @@
 //! # Ok::<(), kivi_tables::Error>(())
 //! ```
 //!
-//! Format: `shared/specs/sparkey-format.md`; kivi's additions: ARCHITECTURE.md.
+//! The format byte for byte, and kivi's additions: ARCHITECTURE.md, "Sealed tables".
 
 mod block;
 mod chunk_writer;
