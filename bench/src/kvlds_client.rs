@@ -31,7 +31,7 @@
 use crate::kvlds_workload::{Answers, Expect, Kind, Meter, Rate, Requests, Timing};
 use crate::mkpairs::Pairs;
 use crate::{io_err, BenchError};
-use kivi_server::kvlds::packet;
+use kivi_kvlds_wire::packet;
 use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::net::TcpStream;

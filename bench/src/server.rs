@@ -36,7 +36,7 @@ use crate::kvlds_workload::{Answers, Expect, Kind, Meter, Requests, Timing};
 use crate::measure::disk_bytes;
 use crate::mkpairs::Pairs;
 use crate::{io_err, BenchError, Record};
-use kivi_server::kvlds::packet;
+use kivi_kvlds_wire::packet;
 use std::io::{BufRead, BufReader, BufWriter, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};

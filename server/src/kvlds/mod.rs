@@ -18,8 +18,7 @@
 //! one answer); past either the socket is not read until answers go out,
 //! which is how a client that does not read its answers is held back.
 
-pub mod packet;
-pub mod request;
+pub use kivi_kvlds_wire::{packet, request};
 
 use crate::committer::Done;
 use crate::listen::Stream;
