@@ -17,6 +17,10 @@ bench/setup.sh
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked --features kivi-cli/peers,kivi-bench/peers -- -D warnings
 cargo test --workspace --locked --features kivi-cli/peers,kivi-bench/peers
+# The kivi a plain build makes, without the benchmark suite: lint-clean, and
+# `kivi bench` there says how to get it.
+cargo clippy -p kivi-cli --all-targets --locked -- -D warnings
+cargo test -p kivi-cli --locked --test cli -- bench_without_the_suite help_lists
 # The server with redis-py, redis-cli and redis-benchmark.
 python3 -c 'import redis, pytest' 2>/dev/null ||
     python3 -m pip install --quiet 'redis>=5' pytest

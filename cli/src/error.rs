@@ -24,6 +24,7 @@ pub enum CliError {
     #[error("{0}")]
     Input(String),
     /// The benchmark read back something other than what it wrote.
+    #[cfg(feature = "bench")]
     #[error("bench: {0}")]
     Bench(String),
     /// `get` of a key that is not stored.

@@ -7,6 +7,7 @@
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+#[cfg(feature = "bench")]
 mod bench;
 mod codec;
 mod commands;
@@ -168,7 +169,14 @@ enum Command {
         previous bench directory is refused. The global -d, --hex and --no-fsync options do \
         not apply."
     )]
+    #[cfg(feature = "bench")]
     Bench(bench::BenchArgs),
+    /// Measure kivi and other stores (needs a build with `--features bench`)
+    #[cfg(not(feature = "bench"))]
+    Bench {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
+        args: Vec<String>,
+    },
     /// Sealed tables: sparkey-compatible immutable hash tables (create, export, get, info, dump, verify, rewrite)
     Table(table::TableArgs),
 }
@@ -188,6 +196,16 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<()> {
     let g = &cli.global;
+    #[cfg(not(feature = "bench"))]
+    if let Command::Bench { .. } = &cli.command {
+        return Err(CliError::Input(
+            "this kivi was built without the benchmark suite; build it with \
+             `cargo build --release -p kivi-cli --features bench` (or `--features peers`, \
+             for the other stores too)"
+                .into(),
+        ));
+    }
+    #[cfg(feature = "bench")]
     if let Command::Bench(args) = &cli.command {
         if g.data_dir.is_some() || g.no_fsync || g.hex {
             return Err(CliError::Input(
@@ -227,7 +245,10 @@ fn run(cli: Cli) -> Result<()> {
             },
         ),
         Command::Table(args) => table::run(&store, args),
+        #[cfg(feature = "bench")]
         Command::Bench(_) => unreachable!("handled above"),
+        #[cfg(not(feature = "bench"))]
+        Command::Bench { .. } => unreachable!("handled above"),
     }
 }
 

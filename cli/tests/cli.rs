@@ -468,6 +468,23 @@ fn help_lists_every_command() {
     );
 }
 
+/// A kivi built without the suite says how to get it, and fails.
+#[cfg(not(feature = "bench"))]
+#[test]
+fn bench_without_the_suite_says_how_to_build_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = Command::new(KIVI)
+        .args(["bench", "-n", "1000", "--dir"])
+        .arg(tmp.path().join("bench"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--features bench"), "{err}");
+    assert!(!tmp.path().join("bench").exists(), "nothing was measured");
+}
+
+#[cfg(feature = "bench")]
 #[test]
 fn bench_smoke_run_prints_every_figure() {
     let tmp = tempfile::tempdir().unwrap();
@@ -543,6 +560,7 @@ fn bench_smoke_run_prints_every_figure() {
     assert!(machine["p50_us"].as_f64().unwrap() > 0.0);
 }
 
+#[cfg(feature = "bench")]
 #[test]
 fn bench_refuses_unknown_stores_and_workloads() {
     let tmp = tempfile::tempdir().unwrap();
@@ -567,6 +585,7 @@ fn bench_refuses_unknown_stores_and_workloads() {
     assert!(stderr(&out).contains("workload"), "{}", stderr(&out));
 }
 
+#[cfg(feature = "bench")]
 #[test]
 fn bench_refuses_a_directory_that_is_not_its_own() {
     let tmp = tempfile::tempdir().unwrap();
