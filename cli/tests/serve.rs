@@ -644,11 +644,23 @@ fn resp_pipelined_gets_answer_in_order_around_writes_and_large_values() {
         pipeline.extend(Resp::encode(&[b"GET", b"k3"]));
         want.push(Val::Bulk(Some(v)));
     }
+    // A key too long to be stored among gathered GETs: its own error, and
+    // the GETs around it answered.
+    let long = vec![b'k'; kivi::limits::MAX_KEY_LEN + 1];
+    for k in [&b"k1"[..], &long, b"k2"] {
+        pipeline.extend(Resp::encode(&[b"GET", k]));
+    }
     let mut w = r.w.try_clone().unwrap();
     let sender = std::thread::spawn(move || w.write_all(&pipeline).unwrap());
     for (i, want) in want.iter().enumerate() {
         assert_eq!(r.read().as_ref(), Some(want), "reply {i}");
     }
+    assert_eq!(r.read(), Some(Val::Bulk(Some(1u32.to_be_bytes().to_vec()))));
+    assert!(
+        matches!(r.read(), Some(Val::Err(e)) if e.contains("key")),
+        "the long key's error"
+    );
+    assert_eq!(r.read(), Some(Val::Bulk(Some(2u32.to_be_bytes().to_vec()))));
     sender.join().unwrap();
 }
 

@@ -48,16 +48,30 @@ fn get_in(pager: &Pager, node: &Node, key: &[u8], out: &mut Vec<u8>) -> Result<b
             }
             if let Some(d) = delta {
                 d.prefetch_index();
-                if let Ok(i) = d.find(key) {
-                    return copy_entry(pager, d.entry(i), out);
-                }
             }
-            let base = pager.base(base)?;
-            match base.find(key) {
-                Ok(i) => copy_entry(pager, base.entry(i), out),
-                Err(_) => Ok(false),
-            }
+            find_in_leaf(pager, base, delta.as_ref(), key, out)
         }
+    }
+}
+
+/// A leaf's answer for `key`, read into `out`: its delta's entry if it has
+/// one, else its base's.
+fn find_in_leaf(
+    pager: &Pager,
+    base: &LeafBase,
+    delta: Option<&LeafData>,
+    key: &[u8],
+    out: &mut Vec<u8>,
+) -> Result<bool, Error> {
+    if let Some(d) = delta {
+        if let Ok(i) = d.find(key) {
+            return copy_entry(pager, d.entry(i), out);
+        }
+    }
+    let base = pager.base(base)?;
+    match base.find(key) {
+        Ok(i) => copy_entry(pager, base.entry(i), out),
+        Err(_) => Ok(false),
     }
 }
 
@@ -197,19 +211,7 @@ fn leaves_each(
         let Body::Leaf { base, delta } = n.node().body() else {
             unreachable!("every node of level 0 is a leaf");
         };
-        let entry = match delta
-            .as_ref()
-            .and_then(|d| d.find(key).ok().map(|j| d.entry(j)))
-        {
-            Some(e) => copy_entry(pager, e, out)?,
-            None => {
-                let base = pager.base(base)?;
-                match base.find(key) {
-                    Ok(j) => copy_entry(pager, base.entry(j), out)?,
-                    Err(_) => false,
-                }
-            }
-        };
+        let entry = find_in_leaf(pager, base, delta.as_ref(), key, out)?;
         if found(i, entry.then_some(out.as_slice())).is_break() {
             return Ok(ControlFlow::Break(()));
         }

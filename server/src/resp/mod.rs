@@ -81,8 +81,13 @@ async fn queue(
 /// GETs looked up together, at most.
 const MAX_GETS_AT_ONCE: usize = 256;
 
+/// A GET that can be gathered: a key too long to be stored is refused by
+/// the lookup, and alone, so it goes the way of any other command (else its
+/// error would be every gathered GET's).
 fn is_plain_get(args: &[Vec<u8>]) -> bool {
-    args.len() == 2 && args[0].eq_ignore_ascii_case(b"GET")
+    args.len() == 2
+        && args[0].eq_ignore_ascii_case(b"GET")
+        && args[1].len() <= kivi::limits::MAX_KEY_LEN
 }
 
 /// Answers the GETs gathered (every command before them is answered), looked
