@@ -316,7 +316,9 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    /// `base` holds the entries of `kind`, the leaf's base.
+    /// `base` holds the entries of `kind`, the leaf's base. A small change
+    /// becomes a new overlay on the shared base; a large one rebuilds the
+    /// leaf (and splits it if it outgrew a page).
     fn apply_leaf(
         &mut self,
         node: &Arc<Node>,
@@ -326,52 +328,18 @@ impl<'a> Ctx<'a> {
         ops: &[OpRef<'_>],
         bigs: &[Arc<BigValue>],
     ) -> Change {
-        let mut edits: Vec<(&[u8], Edit<'_>)> = Vec::with_capacity(ops.len());
-        let mut big_i = 0;
-        let mut live = 0i64;
-        let mut deletes = false;
-        // Live size after the edits: each edit replaces the entry it finds.
-        let mut size = node.size() as isize;
-        for op in ops {
-            let key = op.key();
-            let base_entry = base.find(key).ok().map(|i| base.entry(i));
-            let in_base = base_entry.is_some();
-            let in_delta = delta.and_then(|d| d.find(key).ok().map(|i| d.entry(i)));
-            let current = match in_delta {
-                Some(Entry::Tombstone) => None,
-                Some(e) => Some(e),
-                None => base_entry,
-            };
-            let exists = current.is_some();
-            if let Some(e) = current {
-                size -= entry_size(key.len(), e) as isize;
-            }
-            match op {
-                OpRef::Put(_, v) => {
-                    if !exists {
-                        live += 1;
-                    }
-                    let v = value_ref(v, bigs, &mut big_i);
-                    size += entry_size(key.len(), Entry::Value(v)) as isize;
-                    edits.push((key, Edit::Put(v)));
-                }
-                OpRef::Delete(_) => {
-                    if !exists {
-                        continue;
-                    }
-                    live -= 1;
-                    deletes = true;
-                    edits.push((key, if in_base { Edit::Tombstone } else { Edit::Drop }));
-                }
-            }
-        }
+        let LeafEdits {
+            edits,
+            live,
+            deletes,
+            size,
+        } = leaf_edits(node, base, delta, ops, bigs);
         if edits.is_empty() {
             return Change::Same;
         }
         self.pairs_delta += live;
 
         let delta_len = delta.map_or(0, |d| d.len());
-        let size = size.max(0) as usize;
         let tombstones = delta.map_or(0, |d| d.tombstones())
             + edits
                 .iter()
@@ -382,55 +350,75 @@ impl<'a> Ctx<'a> {
             && size <= self.cfg.page_target
             && !mostly_deleted
         {
-            // Small change: a new overlay on the shared base.
-            let node = match kind {
-                // A fresh delta over the node's own page once a checkpoint
-                // has written it; else the delta grows over the same base.
-                LeafBase::Page(at) => match self.pager.durable_page(node) {
-                    Some(now) => Node::leaf_with_delta(
-                        LeafBase::Page(now),
-                        merged_delta(None, &edits, true),
-                        size,
-                    ),
-                    None => Node::leaf_with_delta(
-                        LeafBase::Page(*at),
-                        merged_delta(delta, &edits, true),
-                        size,
-                    ),
-                },
-                LeafBase::Mem(b) => {
-                    let in_memory = Node::leaf_with_delta(
-                        LeafBase::Mem(b.clone()),
-                        merged_delta(delta, &edits, false),
-                        size,
-                    );
-                    match self.pager.durable_page(node) {
-                        // The leaf's content is durably at `at`. It stays
-                        // in memory, base and all, only while the budget
-                        // counts it; otherwise the changed leaf names the
-                        // page as its base and holds just these edits (the
-                        // page already holds any older delta).
-                        Some(at)
-                            if !(node.is_resident()
-                                && self.pager.try_make_resident(&in_memory)) =>
-                        {
-                            if delta.is_none() {
-                                self.pager.adopt(at, node.clone());
-                            }
-                            Node::leaf_with_delta(
-                                LeafBase::Page(at),
-                                merged_delta(None, &edits, true),
-                                size,
-                            )
-                        }
-                        _ => in_memory,
-                    }
-                }
-            };
+            let node = self.overlay_leaf(node, kind, delta, &edits, size);
             return Change::One(self.track(node));
         }
+        self.rebuild_leaf(base, delta, &edits, deletes)
+    }
 
-        // Consolidate: base + delta + edits, tombstones applied.
+    /// The leaf with `edits` laid over its base as a delta.
+    fn overlay_leaf(
+        &mut self,
+        node: &Arc<Node>,
+        kind: &LeafBase,
+        delta: Option<&LeafData>,
+        edits: &[(&[u8], Edit<'_>)],
+        size: usize,
+    ) -> Node {
+        match kind {
+            // A fresh delta over the node's own page once a checkpoint
+            // has written it; else the delta grows over the same base.
+            LeafBase::Page(at) => match self.pager.durable_page(node) {
+                Some(now) => Node::leaf_with_delta(
+                    LeafBase::Page(now),
+                    merged_delta(None, edits, true),
+                    size,
+                ),
+                None => Node::leaf_with_delta(
+                    LeafBase::Page(*at),
+                    merged_delta(delta, edits, true),
+                    size,
+                ),
+            },
+            LeafBase::Mem(b) => {
+                let in_memory = Node::leaf_with_delta(
+                    LeafBase::Mem(b.clone()),
+                    merged_delta(delta, edits, false),
+                    size,
+                );
+                match self.pager.durable_page(node) {
+                    // The leaf's content is durably at `at`. It stays
+                    // in memory, base and all, only while the budget
+                    // counts it; otherwise the changed leaf names the
+                    // page as its base and holds just these edits (the
+                    // page already holds any older delta).
+                    Some(at)
+                        if !(node.is_resident() && self.pager.try_make_resident(&in_memory)) =>
+                    {
+                        if delta.is_none() {
+                            self.pager.adopt(at, node.clone());
+                        }
+                        Node::leaf_with_delta(
+                            LeafBase::Page(at),
+                            merged_delta(None, edits, true),
+                            size,
+                        )
+                    }
+                    _ => in_memory,
+                }
+            }
+        }
+    }
+
+    /// Consolidates base + delta + edits (tombstones applied) into new leaves.
+    fn rebuild_leaf(
+        &mut self,
+        base: &LeafData,
+        delta: Option<&LeafData>,
+        edits: &[(&[u8], Edit<'_>)],
+        deletes: bool,
+    ) -> Change {
+        let delta_len = delta.map_or(0, |d| d.len());
         let mut current = Vec::with_capacity(base.len() + delta_len);
         match delta {
             Some(d) => merge_into(&mut current, base.iter(), d.iter(), true),
@@ -856,6 +844,69 @@ fn into_ref(slot: Slot) -> ChildRef {
     match slot {
         Slot::Old(r) => r,
         Slot::New(n) => ChildRef::in_memory(n),
+    }
+}
+
+/// What a batch's ops do to one leaf: the edits in key order, the change in
+/// live pairs, whether any deletes, and the leaf's live size after them
+/// (each edit replaces the entry it finds).
+struct LeafEdits<'a> {
+    edits: Vec<(&'a [u8], Edit<'a>)>,
+    live: i64,
+    deletes: bool,
+    size: usize,
+}
+
+fn leaf_edits<'a>(
+    node: &Node,
+    base: &'a LeafData,
+    delta: Option<&'a LeafData>,
+    ops: &[OpRef<'a>],
+    bigs: &'a [Arc<BigValue>],
+) -> LeafEdits<'a> {
+    let mut edits: Vec<(&[u8], Edit<'_>)> = Vec::with_capacity(ops.len());
+    let mut big_i = 0;
+    let mut live = 0i64;
+    let mut deletes = false;
+    let mut size = node.size() as isize;
+    for op in ops {
+        let key = op.key();
+        let base_entry = base.find(key).ok().map(|i| base.entry(i));
+        let in_base = base_entry.is_some();
+        let in_delta = delta.and_then(|d| d.find(key).ok().map(|i| d.entry(i)));
+        let current = match in_delta {
+            Some(Entry::Tombstone) => None,
+            Some(e) => Some(e),
+            None => base_entry,
+        };
+        let exists = current.is_some();
+        if let Some(e) = current {
+            size -= entry_size(key.len(), e) as isize;
+        }
+        match op {
+            OpRef::Put(_, v) => {
+                if !exists {
+                    live += 1;
+                }
+                let v = value_ref(v, bigs, &mut big_i);
+                size += entry_size(key.len(), Entry::Value(v)) as isize;
+                edits.push((key, Edit::Put(v)));
+            }
+            OpRef::Delete(_) => {
+                if !exists {
+                    continue;
+                }
+                live -= 1;
+                deletes = true;
+                edits.push((key, if in_base { Edit::Tombstone } else { Edit::Drop }));
+            }
+        }
+    }
+    LeafEdits {
+        edits,
+        live,
+        deletes,
+        size: size.max(0) as usize,
     }
 }
 

@@ -14,7 +14,8 @@
 use crate::leaf::{merge_into, BigValue, Entry, LeafData, ValueRef};
 use crate::node::{Body, ChildRef, DiskRef, InternalData, LeafBase, Node};
 use crate::page::{encode_internal, encode_leaf};
-use crate::pager::{Durable, Pager};
+use crate::pager::Pager;
+use crate::written::Durable;
 use kivi_log::{Error, PageRef, RecordType};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -141,107 +142,8 @@ impl TreeWriter<'_> {
             None => None,
         };
         let r = match node.body() {
-            Body::Leaf {
-                base: base_ref,
-                delta,
-            } => {
-                let base = self.pager.base(base_ref)?;
-                let mut entries: Vec<(&[u8], ValueRef<'_>)> = Vec::with_capacity(base.len());
-                let mut merged = Vec::new();
-                let live: &mut dyn Iterator<Item = (&[u8], Entry<'_>)> = match delta {
-                    None => &mut base.iter(),
-                    Some(d) => {
-                        merge_into(&mut merged, base.iter(), d.iter(), true);
-                        &mut merged.into_iter()
-                    }
-                };
-                let mut blobs = Vec::new();
-                let mut subtree = 0u64;
-                let mut oldest = u32::MAX;
-                for (k, e) in live {
-                    let Entry::Value(v) = e else {
-                        unreachable!("tombstone survived merge")
-                    };
-                    if let ValueRef::Big(b) = v {
-                        let blob = self.write_blob(b)?;
-                        subtree += u64::from(blob.len);
-                        oldest = oldest.min(blob.addr.segment);
-                        blobs.push(blob);
-                    }
-                    entries.push((k, v));
-                }
-                assert!(!entries.is_empty(), "writing an empty leaf");
-                let mut blob_refs = blobs.into_iter();
-                let page = self.write(RecordType::Page, &mut |out| {
-                    encode_leaf(out, &entries, |_| {
-                        blob_refs.next().expect("one blob ref per big value")
-                    })
-                })?;
-                let r = DiskRef {
-                    page,
-                    subtree: subtree + u64::from(page.len),
-                    oldest: oldest.min(page.addr.segment),
-                };
-                if delta.is_some() {
-                    self.consolidate(node, &entries, r);
-                }
-                if let LeafBase::Page(old) = base_ref {
-                    self.out
-                        .rebased
-                        .insert(old.page.addr.as_u64(), (r, delta.clone()));
-                }
-                if let Some(old) = relocating {
-                    self.out
-                        .rebased
-                        .insert(old.page.addr.as_u64(), (r, delta.clone()));
-                }
-                r
-            }
-            Body::Internal { base, .. } => {
-                let n = base.children_len();
-                let mut children = Vec::with_capacity(n);
-                for i in 0..n {
-                    let cref = node.child_ref(i);
-                    let stand_in = match self.keep.get(i) {
-                        Some(Some(d)) if is_root => Some(*d),
-                        _ => None,
-                    };
-                    let child = match cref {
-                        ChildRef::Mem(child, _) => match stand_in {
-                            Some(d) if child.written.get(self.valid).is_none() => {
-                                self.out.kept += 1;
-                                d
-                            }
-                            _ => self.write_node(child, false)?,
-                        },
-                        ChildRef::Disk(d) if d.oldest >= self.floor => *d,
-                        ChildRef::Disk(d) => {
-                            // A durable subtree holding records of a segment
-                            // being cleaned: copy what of it is old.
-                            let child = self.pager.load_to_copy(*d, node.level() - 1)?;
-                            let moved = self.write_node(&child, false)?;
-                            self.out.pages.insert(d.page.addr.as_u64(), moved);
-                            moved
-                        }
-                    };
-                    children.push(child);
-                }
-                if is_root {
-                    self.out.root_children = children.clone();
-                }
-                let seps: Vec<&[u8]> = (0..base.seps_len()).map(|i| base.sep(i)).collect();
-                let level = node.level();
-                let page = self.write(RecordType::Page, &mut |out| {
-                    encode_internal(out, level, &children, &seps)
-                })?;
-                let below: u64 = children.iter().map(|c| c.subtree).sum();
-                let oldest = children.iter().map(|c| c.oldest).min().unwrap_or(u32::MAX);
-                DiskRef {
-                    page,
-                    subtree: below + u64::from(page.len),
-                    oldest: oldest.min(page.addr.segment),
-                }
-            }
+            Body::Leaf { base, delta } => self.write_leaf(node, base, delta, relocating)?,
+            Body::Internal { base, .. } => self.write_internal(node, base, is_root)?,
         };
         if relocating.is_some() {
             self.stats.relocated += 1;
@@ -255,6 +157,122 @@ impl TreeWriter<'_> {
         node.written.set(r, self.generation, &self.durable);
         self.stats.pages += 1;
         Ok(r)
+    }
+
+    /// Writes a leaf's live entries (base and delta merged, big values as
+    /// blobs first) as one page.
+    fn write_leaf(
+        &mut self,
+        node: &Node,
+        base_ref: &LeafBase,
+        delta: &Option<LeafData>,
+        relocating: Option<DiskRef>,
+    ) -> Result<DiskRef, Error> {
+        let base = self.pager.base(base_ref)?;
+        let mut entries: Vec<(&[u8], ValueRef<'_>)> = Vec::with_capacity(base.len());
+        let mut merged = Vec::new();
+        let live: &mut dyn Iterator<Item = (&[u8], Entry<'_>)> = match delta {
+            None => &mut base.iter(),
+            Some(d) => {
+                merge_into(&mut merged, base.iter(), d.iter(), true);
+                &mut merged.into_iter()
+            }
+        };
+        let mut blobs = Vec::new();
+        let mut subtree = 0u64;
+        let mut oldest = u32::MAX;
+        for (k, e) in live {
+            let Entry::Value(v) = e else {
+                unreachable!("tombstone survived merge")
+            };
+            if let ValueRef::Big(b) = v {
+                let blob = self.write_blob(b)?;
+                subtree += u64::from(blob.len);
+                oldest = oldest.min(blob.addr.segment);
+                blobs.push(blob);
+            }
+            entries.push((k, v));
+        }
+        assert!(!entries.is_empty(), "writing an empty leaf");
+        let mut blob_refs = blobs.into_iter();
+        let page = self.write(RecordType::Page, &mut |out| {
+            encode_leaf(out, &entries, |_| {
+                blob_refs.next().expect("one blob ref per big value")
+            })
+        })?;
+        let r = DiskRef {
+            page,
+            subtree: subtree + u64::from(page.len),
+            oldest: oldest.min(page.addr.segment),
+        };
+        if delta.is_some() {
+            self.consolidate(node, &entries, r);
+        }
+        if let LeafBase::Page(old) = base_ref {
+            self.out
+                .rebased
+                .insert(old.page.addr.as_u64(), (r, delta.clone()));
+        }
+        if let Some(old) = relocating {
+            self.out
+                .rebased
+                .insert(old.page.addr.as_u64(), (r, delta.clone()));
+        }
+        Ok(r)
+    }
+
+    /// Writes an internal node after its children: those in memory first
+    /// (or, at the root of a slice, the stand-ins it keeps), and durable
+    /// subtrees only when they hold records of a segment being cleaned.
+    fn write_internal(
+        &mut self,
+        node: &Node,
+        base: &InternalData,
+        is_root: bool,
+    ) -> Result<DiskRef, Error> {
+        let n = base.children_len();
+        let mut children = Vec::with_capacity(n);
+        for i in 0..n {
+            let cref = node.child_ref(i);
+            let stand_in = match self.keep.get(i) {
+                Some(Some(d)) if is_root => Some(*d),
+                _ => None,
+            };
+            let child = match cref {
+                ChildRef::Mem(child, _) => match stand_in {
+                    Some(d) if child.written.get(self.valid).is_none() => {
+                        self.out.kept += 1;
+                        d
+                    }
+                    _ => self.write_node(child, false)?,
+                },
+                ChildRef::Disk(d) if d.oldest >= self.floor => *d,
+                ChildRef::Disk(d) => {
+                    // A durable subtree holding records of a segment
+                    // being cleaned: copy what of it is old.
+                    let child = self.pager.load_to_copy(*d, node.level() - 1)?;
+                    let moved = self.write_node(&child, false)?;
+                    self.out.pages.insert(d.page.addr.as_u64(), moved);
+                    moved
+                }
+            };
+            children.push(child);
+        }
+        if is_root {
+            self.out.root_children = children.clone();
+        }
+        let seps: Vec<&[u8]> = (0..base.seps_len()).map(|i| base.sep(i)).collect();
+        let level = node.level();
+        let page = self.write(RecordType::Page, &mut |out| {
+            encode_internal(out, level, &children, &seps)
+        })?;
+        let below: u64 = children.iter().map(|c| c.subtree).sum();
+        let oldest = children.iter().map(|c| c.oldest).min().unwrap_or(u32::MAX);
+        Ok(DiskRef {
+            page,
+            subtree: below + u64::from(page.len),
+            oldest: oldest.min(page.addr.segment),
+        })
     }
 
     /// Gives a leaf with a delta, just written as page `r`, a consolidated

@@ -11,9 +11,8 @@
 //! changes (puts and tombstones) laid over an immutable base, so that changing
 //! one key of a leaf does not copy the whole leaf (see node.rs).
 
-use crate::pager::Durable;
+use crate::written::Written;
 use kivi_log::PageRef;
-use parking_lot::Mutex;
 use std::cmp::Ordering;
 use std::sync::Arc;
 
@@ -142,62 +141,6 @@ pub fn past_prefix<'k>(key: &'k [u8], prefix: &[u8]) -> Result<&'k [u8], Orderin
         // Shorter than the prefix: it cannot equal it, and if it is a
         // prefix of it, it sorts first.
         None => Err(key.cmp(prefix)),
-    }
-}
-
-/// Where something was written, and by which checkpoint. A checkpoint that
-/// fails leaves its marks behind; they count only once that checkpoint's
-/// generation is durable, so a failed checkpoint's writes are simply redone.
-///
-/// A mark keeps the previous durable place too: when the cleaner rewrites
-/// a record that was already durable, readers go on using the old place
-/// until the new one is durable (and if that checkpoint fails, for good).
-#[derive(Debug)]
-pub struct Written<T: Copy>(Mutex<[Option<(T, u64)>; 2]>);
-
-impl<T: Copy> Default for Written<T> {
-    fn default() -> Self {
-        Written(Mutex::new([None, None]))
-    }
-}
-
-impl<T: Copy> Written<T> {
-    /// The newest place written by a generation `valid` accepts.
-    pub fn get(&self, valid: impl Fn(u64) -> bool) -> Option<T> {
-        let marks = self.0.lock();
-        marks
-            .iter()
-            .flatten()
-            .find(|(_, g)| valid(*g))
-            .map(|&(r, _)| r)
-    }
-
-    /// Records that generation `generation` wrote it at `r`; the newest
-    /// earlier mark of a durable generation stays as the fallback.
-    pub fn set(&self, r: T, generation: u64, durable: &Durable) {
-        let mut marks = self.0.lock();
-        let fallback = marks
-            .iter()
-            .flatten()
-            .find(|(_, g)| durable.holds(*g))
-            .copied();
-        *marks = [Some((r, generation)), fallback];
-    }
-
-    /// Records that it was read from `r` (generation 0: durable from the
-    /// start), forgetting any other place.
-    pub fn set_read(&self, r: T) {
-        *self.0.lock() = [Some((r, 0)), None];
-    }
-
-    pub fn new_at(r: T, generation: u64) -> Self {
-        Written(Mutex::new([Some((r, generation)), None]))
-    }
-
-    /// Takes over whatever `other` records.
-    pub fn copy_from(&self, other: &Written<T>) {
-        let v = *other.0.lock();
-        *self.0.lock() = v;
     }
 }
 

@@ -7,7 +7,9 @@
 //! - `apply`: applying a sorted batch copy-on-write;
 //! - `read`: point lookups and ordered cursors;
 //! - `checkpoint`: writing a version's new nodes to the log, then releasing them;
-//! - `check`: reading every reachable page and checking every invariant.
+//! - `check`: reading every reachable page and checking every invariant;
+//! - `written`: which checkpoint generations are durable, and where each
+//!   node was written by which.
 
 mod apply;
 mod check;
@@ -18,6 +20,7 @@ mod node;
 mod page;
 mod pager;
 mod read;
+mod written;
 
 pub use apply::{apply, Applied, TreeConfig};
 pub use check::{check_tree, CheckReport};
@@ -25,5 +28,6 @@ pub use checkpoint::{release_written, root_children, write_tree, PageSink, TreeW
 pub use leaf::{compare_keys, head as key_head, prefetch_line, ValueRef, INLINE_VALUE_MAX};
 pub use node::{DiskRef, Node};
 pub use page::MAX_LEVEL;
-pub use pager::{Durable, Pager, PagerStats};
+pub use pager::{Pager, PagerStats};
 pub use read::{get_each, get_into, keys_in_leaf_of, Cursor};
+pub use written::Durable;

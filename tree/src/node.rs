@@ -16,7 +16,8 @@
 //! The one piece of interior mutability, monotone and invisible to readers'
 //! results, is `Node::written`: where a checkpoint wrote this node.
 
-use crate::leaf::{common_prefix_len, head, past_prefix, search_heads, LeafData, Written};
+use crate::leaf::{common_prefix_len, head, past_prefix, search_heads, LeafData};
+use crate::written::Written;
 use kivi_log::PageRef;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtomicOrdering};
 use std::sync::{Arc, OnceLock};

@@ -5,6 +5,7 @@
 use crate::leaf::{BigValue, LeafData};
 use crate::node::{ChildRef, DiskRef, LeafBase, Node};
 use crate::page::decode_page;
+use crate::written::Durable;
 use kivi_log::{decode_record_at, Corruption, Error, PageRef, RecordType};
 use kivi_storage::{SegmentReader, Storage};
 use parking_lot::RwLock;
@@ -76,27 +77,6 @@ pub struct Pager {
     blob_reads: AtomicU64,
 }
 
-/// The checkpoint generations durable at one moment: every one up to
-/// `up_to` except those that failed. (Generation 0 marks what was read
-/// from disk, durable from the start.)
-#[derive(Debug, Clone)]
-pub struct Durable {
-    up_to: u64,
-    failed: Vec<u64>,
-}
-
-impl Durable {
-    pub fn holds(&self, generation: u64) -> bool {
-        generation <= self.up_to && self.failed.binary_search(&generation).is_err()
-    }
-
-    /// The newest durable generation.
-    pub fn newest(&self) -> u64 {
-        debug_assert!(self.holds(self.up_to));
-        self.up_to
-    }
-}
-
 impl std::fmt::Debug for Pager {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Pager")
@@ -139,10 +119,10 @@ impl Pager {
 
     /// Which checkpoint generations are durable now.
     pub fn durable_generations(&self) -> Durable {
-        Durable {
-            up_to: self.durable_generation.load(Ordering::Acquire),
-            failed: self.failed_generations.read().clone(),
-        }
+        Durable::new(
+            self.durable_generation.load(Ordering::Acquire),
+            self.failed_generations.read().clone(),
+        )
     }
 
     /// Checkpoint `generation` is durable, and so is every older one that
