@@ -8,6 +8,8 @@
 //! after it is synced, and the new segment's header records where the old one
 //! validly ends, so a failed append can be cut off without truncating a file.
 
+use crate::pacing::Pacer;
+use crate::segment_chain::SegmentChain;
 use kivi_log::{Error, RecordType, SegmentAppender, SegmentIds, SegmentKind};
 use kivi_storage::{SegmentId, Storage};
 use std::collections::VecDeque;
@@ -35,13 +37,10 @@ const ROLL_BEFORE_CHECKPOINT_MIN: u64 = 64 << 10;
 pub(crate) type Emit<'a> = dyn FnMut(RecordType, &mut dyn FnMut(&mut Vec<u8>)) + 'a;
 
 pub(crate) struct CommitLog {
-    storage: Arc<dyn Storage>,
-    ids: Arc<SegmentIds>,
-    store_id: [u8; 16],
+    chain: SegmentChain,
     target: u64,
-    current: Option<SegmentAppender>,
-    /// The previous commit segment and where it validly ends, for the next header.
-    prev: Option<(SegmentId, u64)>,
+    /// Told of every group's sync, so page writes make way for commits.
+    pacer: Arc<Pacer>,
     /// Retained segments, oldest first; the last one is `current` if any.
     segments: VecDeque<LogSegment>,
     /// Total bytes of commit records appended by this process.
@@ -58,14 +57,12 @@ impl CommitLog {
         target: u64,
         prev: Option<(SegmentId, u64)>,
         segments: Vec<LogSegment>,
+        pacer: Arc<Pacer>,
     ) -> Self {
         CommitLog {
-            storage,
-            ids,
-            store_id,
+            chain: SegmentChain::new(storage, ids, store_id, SegmentKind::Commits, prev),
             target,
-            current: None,
-            prev,
+            pacer,
             segments: segments.into(),
             appended: 0,
             roll_requested: false,
@@ -101,7 +98,7 @@ impl CommitLog {
                 seg.is_some_and(|g| g.max_seq <= s) && cur.len() > threshold
             })
         };
-        let roll = match &self.current {
+        let roll = match self.chain.current() {
             None => true,
             Some(cur) => {
                 self.roll_requested
@@ -112,42 +109,24 @@ impl CommitLog {
         };
         if roll {
             self.roll_requested = false;
-            if let Some(mut cur) = self.current.take() {
-                if !cur.is_broken() {
-                    if let Err(e) = cur.sync() {
-                        // Only what an earlier sync made durable is known good
-                        // (the same as the valid end, unless writes skip fsync).
-                        self.prev = Some((cur.id(), cur.synced_len()));
-                        return Err(e);
-                    }
+            // Unsynced, only what an earlier sync made durable is known good
+            // (the same as the valid end, unless writes skip fsync); a segment
+            // broken by a failed append ends where that append began.
+            self.chain.close(|cur, sync_failed| {
+                if sync_failed {
+                    cur.synced_len()
+                } else {
+                    cur.valid_end()
                 }
-                self.prev = Some((cur.id(), cur.valid_end()));
-            }
-            let id = self.ids.allocate()?;
-            match SegmentAppender::create(
-                self.storage.as_ref(),
-                id,
-                self.store_id,
-                SegmentKind::Commits,
-                self.prev,
-            ) {
-                Ok(app) => {
-                    self.segments.push_back(LogSegment {
-                        id,
-                        max_seq: 0,
-                        bytes: app.len(),
-                    });
-                    self.current = Some(app);
-                }
-                Err(e) => {
-                    // Best effort: a half-created segment is recognised as
-                    // garbage on recovery anyway.
-                    let _ = self.storage.delete_segment(id);
-                    return Err(e);
-                }
-            }
+            })?;
+            let app = self.chain.open_next(false)?;
+            self.segments.push_back(LogSegment {
+                id: app.id(),
+                max_seq: 0,
+                bytes: app.len(),
+            });
         }
-        Ok(self.current.as_mut().expect("segment just ensured"))
+        Ok(self.chain.current_mut().expect("segment just ensured"))
     }
 
     /// Appends one group's records in a single write, then makes them durable
@@ -165,6 +144,9 @@ impl CommitLog {
         records: &mut dyn FnMut(&mut Emit<'_>, u64),
         sync: bool,
     ) -> Result<(), Error> {
+        if sync {
+            self.pacer.commit_syncing();
+        }
         let app = self.ensure_segment(checkpoint)?;
         let start = app.len();
         let synced_through = app.synced_len();
@@ -197,7 +179,7 @@ impl CommitLog {
     /// The segment being appended to and the bytes written to it (its file
     /// may be longer: it is grown ahead of the data).
     pub fn current(&self) -> Option<(SegmentId, u64)> {
-        self.current.as_ref().map(|c| (c.id(), c.len()))
+        self.chain.current().map(|c| (c.id(), c.len()))
     }
 
     /// Bytes of the commit segments retained.
@@ -212,7 +194,7 @@ impl CommitLog {
 
     /// Syncs the open segment (used before a clean close in no-fsync mode).
     pub fn sync(&mut self) -> Result<(), Error> {
-        match &mut self.current {
+        match self.chain.current_mut() {
             Some(cur) if !cur.is_broken() => cur.sync(),
             _ => Ok(()),
         }
@@ -222,7 +204,7 @@ impl CommitLog {
     /// commits up to `seq` and come before the segment holding the newest
     /// checkpoint record, which is always the current one.
     pub fn release_through(&mut self, seq: u64) -> Vec<SegmentId> {
-        let keep_from = self.current.as_ref().map(|c| c.id());
+        let keep_from = self.chain.current().map(|c| c.id());
         let mut out = Vec::new();
         while let Some(first) = self.segments.front() {
             if Some(first.id) == keep_from || first.max_seq > seq {

@@ -10,6 +10,7 @@ use crate::identity::{self, IDENTITY};
 use crate::iter::{Iter, Scan, Snapshot};
 use crate::limits::MAX_KEY_LEN;
 use crate::options::{Durability, Options};
+use crate::pacing::Pacer;
 use crate::page_log::PageLog;
 use crate::pipeline::{Pipeline, Reply, Request, Ticket, WriteOutcome};
 use crate::recovery::recover;
@@ -105,6 +106,8 @@ pub(crate) struct Inner {
     pub checkpointer: Mutex<Option<Checkpointer>>,
     /// The page segment being written and its length (see `PageLog`).
     pub page_appending: Arc<Mutex<Option<(u64, u64)>>>,
+    /// Paces the page log's writes around commits.
+    pub pacer: Arc<Pacer>,
     pub background: Background,
     pub counters: Counters,
     pub closed: AtomicBool,
@@ -220,6 +223,7 @@ impl Db {
         let rec = recover(&storage, &pager, &tree_cfg, store_id)?;
         let ids = Arc::new(SegmentIds::after(rec.max_segment_id));
         let mut page_appending = Arc::default();
+        let pacer = Arc::new(Pacer::new());
         let (writer, checkpointer) = if opts.read_only {
             (None, None)
         } else {
@@ -233,6 +237,7 @@ impl Db {
                 opts.segment_bytes,
                 rec.log_end,
                 rec.log_segments.clone(),
+                pacer.clone(),
             );
             let pages = PageLog::new(
                 storage.clone(),
@@ -241,6 +246,7 @@ impl Db {
                 opts.segment_bytes,
                 rec.page_end,
                 rec.page_segments.clone(),
+                pacer.clone(),
             );
             page_appending = pages.appending();
             (
@@ -281,6 +287,7 @@ impl Db {
             writer: Mutex::new(writer),
             checkpointer: Mutex::new(checkpointer),
             page_appending,
+            pacer,
             background: Background::default(),
             counters,
             closed: AtomicBool::new(false),
@@ -828,8 +835,8 @@ impl Inner {
         // memory waits on them. (Paced throughout, a 10M-pair load gathered
         // over 1 GiB of unwritten changes, and random updates held 100 MiB
         // more at their peak; docs/benchmarks.md, "Memory".)
-        self.storage
-            .set_bulk_urgent(self.pager.dirty_bytes() >= self.opts.write_buffer_bytes / 4);
+        self.pacer
+            .set_urgent(self.pager.dirty_bytes() >= self.opts.write_buffer_bytes / 4);
         if replayable >= self.opts.checkpoint_bytes
             || buffer_full
             || (redo >= EARLY_CHECKPOINT_MIN_BYTES && self.log_over_target(log_file_bytes))

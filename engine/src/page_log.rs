@@ -3,43 +3,14 @@
 //! once at its end, before its checkpoint record is committed, so a page is
 //! never referenced before it is durable.
 
-use kivi_log::{Addr, Error, PageRef, RecordType, SegmentAppender, SegmentIds, SegmentKind};
-use kivi_storage::{IoError, SegmentId, SegmentReader, SegmentWriter, Storage};
+use crate::pacing::{Pacer, BULK_STEP};
+use crate::segment_chain::SegmentChain;
+use kivi_log::{Addr, Error, PageRef, RecordType, SegmentIds, SegmentKind};
+use kivi_storage::{SegmentId, Storage};
 use kivi_tree::PageSink;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-
-/// The storage as the page log creates segments in it: as bulk segments,
-/// which a backend may write back early and in small steps, so that a
-/// checkpoint's sync never puts a burst of pages in front of a commit's
-/// (see `Storage::create_bulk_segment`).
-#[derive(Debug)]
-struct Bulk<'a>(&'a dyn Storage);
-
-impl Storage for Bulk<'_> {
-    fn list_segments(&self) -> Result<Vec<SegmentId>, IoError> {
-        self.0.list_segments()
-    }
-    fn create_segment(&self, id: SegmentId) -> Result<Box<dyn SegmentWriter>, IoError> {
-        self.0.create_bulk_segment(id)
-    }
-    fn open_segment(&self, id: SegmentId) -> Result<Arc<dyn SegmentReader>, IoError> {
-        self.0.open_segment(id)
-    }
-    fn delete_segment(&self, id: SegmentId) -> Result<(), IoError> {
-        self.0.delete_segment(id)
-    }
-    fn read_meta(&self, name: &str) -> Result<Option<Vec<u8>>, IoError> {
-        self.0.read_meta(name)
-    }
-    fn write_meta(&self, name: &str, bytes: &[u8]) -> Result<(), IoError> {
-        self.0.write_meta(name, bytes)
-    }
-    fn segment_name(&self, id: SegmentId) -> String {
-        self.0.segment_name(id)
-    }
-}
 
 /// Appends are gathered up to this size before they are written.
 const WRITE_BUFFER: usize = 1 << 20;
@@ -47,15 +18,15 @@ const WRITE_BUFFER: usize = 1 << 20;
 const MIN_SEGMENT_BYTES: u64 = 1 << 20;
 
 pub(crate) struct PageLog {
-    storage: Arc<dyn Storage>,
-    ids: Arc<SegmentIds>,
-    store_id: [u8; 16],
+    /// Bulk segments, which a backend may write back as they are appended,
+    /// so that a checkpoint's sync never puts a burst of pages in front of a
+    /// commit's (see `Storage::create_bulk_segment`).
+    chain: SegmentChain,
+    /// Paces appends around commits.
+    pacer: Arc<Pacer>,
     /// Most bytes a segment takes (`segment_bytes`); see `segment_target`.
     max_target: u64,
     target: u64,
-    current: Option<SegmentAppender>,
-    /// The previous page segment and where its valid records end.
-    prev: Option<(SegmentId, u64)>,
     /// End of the current segment as of the last durable checkpoint.
     durable_end: u64,
     /// Every page segment on disk and its length, the current one included:
@@ -75,15 +46,13 @@ impl PageLog {
         target: u64,
         prev: Option<(SegmentId, u64)>,
         segments: BTreeMap<SegmentId, u64>,
+        pacer: Arc<Pacer>,
     ) -> Self {
         PageLog {
-            storage,
-            ids,
-            store_id,
+            chain: SegmentChain::new(storage, ids, store_id, SegmentKind::Pages, prev),
+            pacer,
             max_target: target,
             target,
-            current: None,
-            prev,
             durable_end: 0,
             segments,
             appending: Arc::default(),
@@ -116,24 +85,24 @@ impl PageLog {
 
     /// Forgets a segment that was deleted.
     pub fn forget(&mut self, id: SegmentId) {
-        debug_assert!(self.current.as_ref().is_none_or(|c| c.id() != id));
+        debug_assert!(self.chain.current().is_none_or(|c| c.id() != id));
         self.segments.remove(&id);
     }
 
     /// The segment being appended to, if one is open.
     pub fn current_id(&self) -> Option<SegmentId> {
-        self.current.as_ref().map(|c| c.id())
+        self.chain.current().map(|c| c.id())
     }
 
     /// The segment being appended to and the bytes written to it.
     pub fn current(&self) -> Option<(SegmentId, u64)> {
-        self.current.as_ref().map(|c| (c.id(), c.len()))
+        self.chain.current().map(|c| (c.id(), c.len()))
     }
 
     /// Closes the current segment, so the next record starts a new one (and
     /// everything before can be cleaned).
     pub fn finish_segment(&mut self) -> Result<(), Error> {
-        if self.current.is_some() {
+        if self.chain.current().is_some() {
             self.roll()?;
         }
         Ok(())
@@ -145,55 +114,47 @@ impl PageLog {
     /// ended in is the log's tail, and would otherwise stay however little
     /// of it is live (a store emptied and compacted kept it whole).
     pub fn start_segment(&mut self) -> Result<(), Error> {
-        if self.current.is_some() || self.prev.is_some() {
+        if self.chain.current().is_some() || self.chain.prev().is_some() {
             self.roll()?;
         }
         Ok(())
     }
 
     fn roll(&mut self) -> Result<(), Error> {
-        if let Some(mut cur) = self.current.take() {
-            let synced = cur.sync();
-            // Whatever happens, the next segment must say where this one
-            // validly ends: all of it once synced, else the last durable
-            // checkpoint's end in it.
-            let end = if synced.is_ok() {
-                cur.len()
-            } else {
-                self.durable_end
-            };
-            self.prev = Some((cur.id(), end));
-            synced?;
-        }
-        let id = self.ids.allocate()?;
-        let app = SegmentAppender::create(
-            &Bulk(self.storage.as_ref()),
-            id,
-            self.store_id,
-            SegmentKind::Pages,
-            self.prev,
-        )
-        .inspect_err(|_| {
-            let _ = self.storage.delete_segment(id);
-        })?;
+        // Unsynced, a page segment validly ends where the last durable
+        // checkpoint's pages do.
+        let durable_end = self.durable_end;
+        let pacer = &self.pacer;
+        let flushed = match self.chain.current_mut() {
+            Some(cur) => cur.flush_in_steps(BULK_STEP, &mut || pacer.after_step()),
+            None => Ok(()),
+        };
+        // Closed whatever happened: a failed flush leaves it broken, and the
+        // next segment declares it ends at `durable_end`.
+        let closed = self.chain.close(|_, _| durable_end);
+        flushed.and(closed)?;
+        let app = self.chain.open_next(true)?;
         self.durable_end = app.len();
-        self.segments.insert(id, app.len());
-        self.current = Some(app);
+        self.segments.insert(app.id(), app.len());
         self.publish();
         Ok(())
     }
 
     /// Makes everything written so far durable.
     pub fn sync(&mut self) -> Result<(), Error> {
-        match &mut self.current {
-            Some(cur) => cur.sync(),
+        let pacer = &self.pacer;
+        match self.chain.current_mut() {
+            Some(cur) => {
+                cur.flush_in_steps(BULK_STEP, &mut || pacer.after_step())?;
+                cur.sync()
+            }
             None => Ok(()),
         }
     }
 
     /// Where the next record would go: every page written so far lies before it.
     pub fn end(&self) -> Addr {
-        match (&self.current, self.prev) {
+        match (self.chain.current(), self.chain.prev()) {
             (Some(cur), _) => Addr::new(cur.id(), cur.len()),
             (None, Some((id, end))) => Addr::new(id, end),
             (None, None) => Addr::default(),
@@ -202,7 +163,7 @@ impl PageLog {
 
     /// Called once a checkpoint referencing everything written is durable.
     pub fn checkpoint_durable(&mut self) {
-        if let Some(cur) = &self.current {
+        if let Some(cur) = self.chain.current() {
             self.durable_end = cur.len();
         }
     }
@@ -210,9 +171,7 @@ impl PageLog {
     /// Called when a checkpoint failed: its records are abandoned and the next
     /// checkpoint starts a new segment that declares where this one validly ends.
     pub fn checkpoint_failed(&mut self) {
-        if let Some(cur) = self.current.take() {
-            self.prev = Some((cur.id(), self.durable_end));
-        }
+        self.chain.abandon(self.durable_end);
         self.publish();
     }
 }
@@ -224,17 +183,18 @@ impl PageSink for PageLog {
         body: &mut dyn FnMut(&mut Vec<u8>),
     ) -> Result<PageRef, Error> {
         let full = self
-            .current
-            .as_ref()
+            .chain
+            .current()
             .is_none_or(|c| c.is_broken() || c.len() >= self.target);
         if full {
             self.roll()?;
         }
-        let cur = self.current.as_mut().expect("page segment open");
+        let pacer = &self.pacer;
+        let cur = self.chain.current_mut().expect("page segment open");
         let r = cur.buffer_record(ty, |out| body(out));
         self.segments.insert(cur.id(), cur.len());
         if cur.buffered() >= WRITE_BUFFER {
-            cur.flush()?;
+            cur.flush_in_steps(BULK_STEP, &mut || pacer.after_step())?;
             self.publish();
         }
         Ok(r)

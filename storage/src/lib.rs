@@ -54,17 +54,13 @@ pub trait Storage: Send + Sync + Debug {
     fn create_segment(&self, id: SegmentId) -> Result<Box<dyn SegmentWriter>, IoError>;
     /// Creates a new empty segment for bulk data: written in large appends
     /// and synced rarely (the page log's). Same promises as
-    /// `create_segment`; a backend may write its appends back to the media
-    /// early and in small steps, so that a sync never finds a burst of them
-    /// queued in front of another segment's (see ARCHITECTURE.md, LocalDir).
+    /// `create_segment`; a backend may write each append back to the media
+    /// before it returns, so that a sync never finds a burst of them queued
+    /// in front of another segment's. When to append (how fast bulk data
+    /// goes out beside commits) is the caller's decision, not the backend's.
     fn create_bulk_segment(&self, id: SegmentId) -> Result<Box<dyn SegmentWriter>, IoError> {
         self.create_segment(id)
     }
-    /// Says whether bulk segments' writes are urgent: the store's memory
-    /// waits on them (changes not yet checkpointed past the write buffer),
-    /// so a backend that paces bulk writes for the sake of commit latency
-    /// should not now. Backends that do not pace ignore it.
-    fn set_bulk_urgent(&self, _urgent: bool) {}
     /// Opens an existing segment for positioned reads.
     fn open_segment(&self, id: SegmentId) -> Result<Arc<dyn SegmentReader>, IoError>;
     /// Removes a segment.

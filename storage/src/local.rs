@@ -27,51 +27,6 @@ pub struct LocalDir {
     /// One open file per segment read, so a read is one `pread`, never an open.
     /// Bounded by the number of segments in the store.
     readers: Mutex<HashMap<SegmentId, Arc<LocalReader>>>,
-    /// When a (non-bulk) segment's sync last started: bulk writes pace
-    /// themselves while commits are coming (see `BULK_PAUSE`).
-    commits: Arc<CommitClock>,
-}
-
-/// The time of the latest commit sync, in nanoseconds since the store was
-/// opened (0: none yet).
-#[derive(Debug)]
-struct CommitClock {
-    epoch: std::time::Instant,
-    last_sync: std::sync::atomic::AtomicU64,
-    /// Set while the store's memory waits on bulk writes (see
-    /// `Storage::set_bulk_urgent`): no pacing then. Paced page writes let a
-    /// 10M-pair load gather over 1 GiB of unwritten changes.
-    urgent: std::sync::atomic::AtomicBool,
-}
-
-impl CommitClock {
-    fn new() -> Self {
-        CommitClock {
-            epoch: std::time::Instant::now(),
-            last_sync: std::sync::atomic::AtomicU64::new(0),
-            urgent: std::sync::atomic::AtomicBool::new(false),
-        }
-    }
-
-    fn now(&self) -> u64 {
-        // Never 0, which means "no sync yet".
-        self.epoch.elapsed().as_nanos() as u64 + 1
-    }
-
-    fn syncing(&self) {
-        self.last_sync
-            .store(self.now(), std::sync::atomic::Ordering::Relaxed);
-    }
-
-    /// Whether bulk writes should pause now: a commit synced within
-    /// `BULK_PACE_WINDOW`, and the store is not waiting on bulk writes.
-    fn commits_active(&self) -> bool {
-        if self.urgent.load(std::sync::atomic::Ordering::Relaxed) {
-            return false;
-        }
-        let last = self.last_sync.load(std::sync::atomic::Ordering::Relaxed);
-        last != 0 && self.now().saturating_sub(last) < BULK_PACE_WINDOW.as_nanos() as u64
-    }
 }
 
 impl LocalDir {
@@ -117,7 +72,6 @@ impl LocalDir {
             read_only: false,
             _lock: Some(lock),
             readers: Mutex::new(HashMap::new()),
-            commits: Arc::new(CommitClock::new()),
         })
     }
 
@@ -159,7 +113,6 @@ impl LocalDir {
             read_only: true,
             _lock: lock,
             readers: Mutex::new(HashMap::new()),
-            commits: Arc::new(CommitClock::new()),
         })
     }
 
@@ -237,7 +190,6 @@ impl LocalDir {
             writeback,
             written_back: 0,
             failed: None,
-            commits: self.commits.clone(),
         }))
     }
 }
@@ -301,12 +253,6 @@ impl Storage for LocalDir {
 
     fn create_bulk_segment(&self, id: SegmentId) -> Result<Box<dyn SegmentWriter>, IoError> {
         self.create(id, Some(WRITEBACK_STEP))
-    }
-
-    fn set_bulk_urgent(&self, urgent: bool) {
-        self.commits
-            .urgent
-            .store(urgent, std::sync::atomic::Ordering::Relaxed);
     }
 
     fn open_segment(&self, id: SegmentId) -> Result<Arc<dyn SegmentReader>, IoError> {
@@ -391,22 +337,6 @@ static ZEROS: [u8; 1 << 20] = [0; 1 << 20];
 /// `LocalWriter::writeback`).
 const WRITEBACK_STEP: u64 = 32 << 10;
 
-/// While commits are coming (one synced within `BULK_PACE_WINDOW`), a bulk
-/// segment pauses this long after each write-back step, leaving the device
-/// to the commits between steps; with no commits it writes at full speed,
-/// and while the store's memory waits on bulk writes (`set_bulk_urgent`) it
-/// does not pause at all. A commit's fdatasync that meets a step in flight
-/// waits for it: with back-to-back compactions and no pause, single-put p99
-/// was 3-5x idle on the test machine. 64 KiB steps with a 500 us pause met
-/// 2x when they landed (1.57-1.85x) but not on a later day (3.1-5.0x); on
-/// that day 32 KiB steps with a 2 ms pause gave 1.32-1.99x in five runs
-/// (`cleaner_latency`, docs/benchmarks.md), and the update workloads ran as
-/// fast. It caps bulk writes under light commit traffic near 32 KiB per
-/// (step + pause), about 15 MB/s: plenty for the changes such traffic
-/// makes, and heavier traffic gathers changes until the writes turn urgent.
-const BULK_PAUSE: std::time::Duration = std::time::Duration::from_millis(2);
-const BULK_PACE_WINDOW: std::time::Duration = std::time::Duration::from_millis(1);
-
 struct LocalWriter {
     file: File,
     name: String,
@@ -427,9 +357,6 @@ struct LocalWriter {
     /// so a later fdatasync may not see it again): from then on every call
     /// fails with it.
     failed: Option<io::ErrorKind>,
-    /// The store's commit clock: set by this writer's syncs if it is not
-    /// bulk, read by its write-back steps if it is.
-    commits: Arc<CommitClock>,
 }
 
 impl LocalWriter {
@@ -455,9 +382,6 @@ impl LocalWriter {
                 return Err(IoError::new("write back", &self.name, e));
             }
             self.written_back += step;
-            if self.commits.commits_active() {
-                std::thread::sleep(BULK_PAUSE);
-            }
         }
         Ok(())
     }
@@ -526,9 +450,6 @@ impl SegmentWriter for LocalWriter {
 
     fn sync(&mut self) -> Result<(), IoError> {
         self.check_failed("fdatasync")?;
-        if self.writeback.is_none() {
-            self.commits.syncing();
-        }
         self.file
             .sync_data()
             .map_err(|e| IoError::new("fdatasync", &self.name, e))
@@ -677,7 +598,6 @@ mod tests {
             writeback: Some(WRITEBACK_STEP),
             written_back: 0,
             failed: Some(io::ErrorKind::Other),
-            commits: Arc::new(CommitClock::new()),
         };
         assert!(w.append(b"x").is_err());
         assert!(w.sync().is_err());
