@@ -15,6 +15,8 @@ fi
 bench/setup.sh
 
 cargo fmt --all --check
+# Every relative link in the docs leads to a file (and heading) in the repository.
+python3 docs/check-links.py
 cargo clippy --workspace --all-targets --locked --features kivi-cli/peers,kivi-bench/peers -- -D warnings
 cargo test --workspace --locked --features kivi-cli/peers,kivi-bench/peers
 # The kivi a plain build makes, without the benchmark suite: lint-clean, and
