@@ -3,6 +3,7 @@
 //! corruption. Recovery never writes; what it finds to discard is returned
 //! for the caller to delete once the store is open for writing.
 
+use crate::checkpoint_format::unreferenced_below;
 use crate::commit_log::LogSegment;
 use crate::error::{Error, Result};
 use crate::version::Version;
@@ -382,9 +383,7 @@ pub(crate) fn recover(
     // And those before the oldest segment the checkpoint's tree uses hold
     // only pages the cleaner copied or that newer pages replaced; a crash
     // (or an old reader) kept them from being deleted.
-    let unused_below = checkpoint.map_or(0, |c| {
-        u64::from(crate::checkpointer::unreferenced_below(&c))
-    });
+    let unused_below = checkpoint.map_or(0, |c| u64::from(unreferenced_below(&c)));
     for s in segs
         .iter()
         .filter(|s| s.header.is_some_and(|h| h.kind == SegmentKind::Pages))
