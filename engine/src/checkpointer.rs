@@ -12,6 +12,7 @@
 //! second with a sixteenth of that pending, and once more at close when the
 //! backlog is worth it (1 MiB, or 8 commit segments to retire).
 
+use crate::checkpoint_format::unreferenced_below;
 use crate::db::Inner;
 use crate::error::{Error, Result};
 use crate::page_log::PageLog;
@@ -868,15 +869,5 @@ impl Inner {
         drop(guard);
         self.delete_retired();
         Ok(true)
-    }
-}
-
-/// Page segments before the returned id hold nothing checkpoint `rec`
-/// references: its tree's oldest segment, or for an empty tree the segment
-/// its page stream ends in (which recovery expects to find).
-pub(crate) fn unreferenced_below(rec: &CheckpointRecord) -> u32 {
-    match rec.root {
-        Some(_) => rec.root_oldest,
-        None => rec.page_end.segment,
     }
 }

@@ -1,9 +1,8 @@
 //! The database handle: opening, reading, writing, closing.
 
 use crate::batch::{BatchOp, WriteBatch};
-use crate::checkpointer::{
-    unreferenced_below, Background, CheckpointKind, Checkpointer, EARLY_CHECKPOINT_MIN_BYTES,
-};
+use crate::checkpoint_format::unreferenced_below;
+use crate::checkpointer::{Background, CheckpointKind, Checkpointer, EARLY_CHECKPOINT_MIN_BYTES};
 use crate::commit_log::CommitLog;
 use crate::error::{Error, Result};
 use crate::identity::{self, IDENTITY};

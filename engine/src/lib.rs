@@ -17,6 +17,7 @@
 
 mod batch;
 mod check;
+mod checkpoint_format;
 mod checkpointer;
 mod commit_log;
 mod db;

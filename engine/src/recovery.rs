@@ -2,16 +2,31 @@
 //! cut off a torn tail, and report anything else that fails validation as
 //! corruption. Recovery never writes; what it finds to discard is returned
 //! for the caller to delete once the store is open for writing.
+//!
+//! [`recover`] runs these phases in order, each a function below (the
+//! store's identity, `KIVI`, was read by the caller):
+//!
+//! 1. [`read_headers`]: every segment's header.
+//! 2. [`find_log_chain`]: the commit log, as the chain of commit segments.
+//! 3. [`LogScan::scan`] (pass 1): every record of the log validated, the
+//!    torn tail cut, damage collected, the newest checkpoint found.
+//! 4. [`LogScan::nothing_lost`]: the damage and the log's ends checked
+//!    against the checkpoint, so no acknowledged commit is missing.
+//! 5. [`load_checkpoint_tree`]: the checkpoint's root.
+//! 6. [`replay_log`] (pass 2): the commits after the checkpoint, applied.
+//! 7. [`sort_page_segments`]: which page segments stay and which are
+//!    garbage.
 
+use crate::checkpoint_format::unreferenced_below;
 use crate::commit_log::LogSegment;
 use crate::error::{Error, Result};
 use crate::version::Version;
 use kivi_log::{
     read_header, scan_segment, CheckpointRecord, CommitRecord, Corruption, OpRef, RecordType,
-    ScanEnd, SegmentHeader, SegmentKind, SEGMENT_HEADER_LEN,
+    ScanEnd, ScannedRecord, SegmentHeader, SegmentKind, SEGMENT_HEADER_LEN,
 };
 use kivi_storage::{SegmentId, SegmentReader, Storage};
-use kivi_tree::{apply, Pager, TreeConfig};
+use kivi_tree::{apply, DiskRef, Node, Pager, TreeConfig};
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
@@ -51,10 +66,20 @@ struct Seg {
     header: Option<SegmentHeader>,
 }
 
+impl Seg {
+    fn is(&self, kind: SegmentKind) -> bool {
+        self.header.is_some_and(|h| h.kind == kind)
+    }
+}
+
 fn corrupt(file: &str, offset: u64, what: impl Into<String>) -> Error {
     Error::Corrupt(Corruption::new(file, offset, what))
 }
 
+/// The store's state as the segments in `storage` leave it: the first
+/// version (the newest checkpoint's tree with the commits after it
+/// replayed), where the logs go on, and what to delete. Writes nothing.
+/// The phases, in order, are the functions below.
 pub(crate) fn recover(
     storage: &Arc<dyn Storage>,
     pager: &Pager,
@@ -63,8 +88,48 @@ pub(crate) fn recover(
 ) -> Result<Recovered> {
     let ids = storage.list_segments()?;
     let max_segment_id = ids.last().copied().unwrap_or(0);
-    let mut segs = Vec::with_capacity(ids.len());
     let mut garbage = Vec::new();
+    let segs = read_headers(storage, ids, store_id, &mut garbage)?;
+    let chain = find_log_chain(&segs, &mut garbage)?;
+    let ends = scan_ends(&chain);
+    let log = LogScan::scan(&chain, &ends)?;
+    log.nothing_lost(&chain)?;
+    let checkpoint = log.checkpoint;
+    let base_seq = checkpoint.map_or(0, |c| c.replay_from);
+    let last_seq = log.last_seq.unwrap_or(0).max(base_seq);
+    let root = load_checkpoint_tree(pager, checkpoint)?;
+    let replay = replay_log(pager, cfg, &chain, &ends, &log, root)?;
+    let pages = sort_page_segments(storage, &segs, checkpoint, &mut garbage)?;
+    Ok(Recovered {
+        version: Version::of_tree(replay.root, last_seq, replay.pairs as u64, 0),
+        checkpoint,
+        log_segments: log.log_segments,
+        log_end: log.log_end,
+        page_end: pages.page_end,
+        page_segments: pages.page_segments,
+        garbage,
+        max_segment_id,
+        torn_tail: log.torn_tail,
+        damage: log.damage,
+        replayed: replay.replayed,
+        redo_bytes: replay.redo_bytes,
+    })
+}
+
+/// Phase 1: every segment's header (ids ascending, as listed).
+///
+/// A crash while a segment was being created can leave a file too short
+/// for a header, or with a header that never fully reached the disk: it
+/// holds nothing and goes to `garbage` (`read_header` in tail mode tells
+/// that from a damaged header, which is corruption). A segment of another
+/// store was never written by this one: corruption, never data.
+fn read_headers(
+    storage: &Arc<dyn Storage>,
+    ids: Vec<SegmentId>,
+    store_id: [u8; 16],
+    garbage: &mut Vec<SegmentId>,
+) -> Result<Vec<Seg>> {
+    let mut segs = Vec::with_capacity(ids.len());
     for id in ids {
         let name = storage.segment_name(id);
         let reader = storage.open_segment(id)?;
@@ -85,14 +150,25 @@ pub(crate) fn recover(
             header,
         });
     }
+    Ok(segs)
+}
+
+/// Phase 2: the log is the chain of commit segments linked by their
+/// headers, followed back from the newest; oldest first.
+///
+/// Commit segments off the chain are what a crash left of two operations.
+/// Older than the chain's start: a cleanup deleted the log's head
+/// segments oldest first and stopped part-way; the log (checked in phase 4
+/// to begin at its start or at a checkpoint) does not need them, so they
+/// are garbage. Newer: a roll to a new segment whose creation failed
+/// part-way, which then holds only its header (garbage); anything more
+/// means the chain lost a link, which is corruption.
+fn find_log_chain<'a>(segs: &'a [Seg], garbage: &mut Vec<SegmentId>) -> Result<Vec<&'a Seg>> {
     let commits: BTreeMap<SegmentId, &Seg> = segs
         .iter()
-        .filter(|s| s.header.is_some_and(|h| h.kind == SegmentKind::Commits))
+        .filter(|s| s.is(SegmentKind::Commits))
         .map(|s| (s.id, s))
         .collect();
-
-    // The log is the chain of commit segments linked by their headers,
-    // followed back from the newest.
     let mut chain: Vec<&Seg> = Vec::new();
     if let Some((_, &head)) = commits.last_key_value() {
         chain.push(head);
@@ -109,8 +185,7 @@ pub(crate) fn recover(
     for s in commits.values().filter(|s| !in_chain.contains(&s.id)) {
         if s.id < chain_start {
             // Older than the log's first segment: left over by a cleanup
-            // whose deletions stopped part-way. The log itself (checked below
-            // to begin at its start or at a checkpoint) does not need it.
+            // whose deletions stopped part-way.
             garbage.push(s.id);
             continue;
         }
@@ -120,198 +195,293 @@ pub(crate) fn recover(
         }
         garbage.push(s.id);
     }
+    Ok(chain)
+}
 
-    // Pass 1: validate every record, find the newest checkpoint.
-    let ends: Vec<ScanEnd> = (0..chain.len())
+/// Where each chain segment's valid records end: every segment but the
+/// newest exactly where its successor's header says (written after it was
+/// synced, so every byte before is durable); the newest at its tail, which
+/// may be torn.
+fn scan_ends(chain: &[&Seg]) -> Vec<ScanEnd> {
+    (0..chain.len())
         .map(|i| match chain.get(i + 1) {
             Some(next) => ScanEnd::Exact(next.header.expect("header").prev_end),
             None => ScanEnd::Tail,
         })
-        .collect();
-    let mut log_segments = Vec::with_capacity(chain.len());
-    let mut checkpoint: Option<CheckpointRecord> = None;
-    let mut first_seq: Option<u64> = None;
-    let mut last_seq: Option<u64> = None;
-    let mut torn_tail = None;
-    let mut log_end = None;
-    // Damage found (and skipped) in the log, each with the commits it may
-    // have hidden: from the commit after the last one seen before it, to the
-    // last one the next record says came before it.
-    let mut damage: Vec<Corruption> = Vec::new();
-    let mut hidden: Vec<(u64, u64, Corruption)> = Vec::new();
-    let mut open_damage: Option<(u64, Corruption)> = None;
-    for (seg, &end) in chain.iter().zip(&ends) {
-        let Some(mut scan) = scan_segment(seg.reader.clone(), seg.id, seg.name.clone(), end)?
-        else {
-            unreachable!("chain segments have headers")
+        .collect()
+}
+
+/// What pass 1 over the log found.
+#[derive(Default)]
+struct LogScan {
+    /// The chain's segments, with their highest commits and valid ends.
+    log_segments: Vec<LogSegment>,
+    /// The newest checkpoint record that decoded.
+    checkpoint: Option<CheckpointRecord>,
+    /// The first and the last commit seen (a checkpoint record's `log_seq`
+    /// counts as the last).
+    first_seq: Option<u64>,
+    last_seq: Option<u64>,
+    torn_tail: Option<(String, u64)>,
+    log_end: Option<(SegmentId, u64)>,
+    /// Damage found (and skipped) in the log.
+    damage: Vec<Corruption>,
+    /// Each damage with the commits it may have hidden: from the commit
+    /// after the last one seen before it, to the last one the next record
+    /// says came before it.
+    hidden: Vec<(u64, u64, Corruption)>,
+    /// Damage no valid record has followed yet, and the first commit it
+    /// may have hidden.
+    open_damage: Option<(u64, Corruption)>,
+}
+
+impl LogScan {
+    /// Phase 3, pass 1: validates every record of the chain and finds the
+    /// newest checkpoint; applies nothing.
+    ///
+    /// A crash during a commit's append leaves a torn record at the newest
+    /// segment's end (or zeros past it): the scan cuts it off there
+    /// (`torn_tail`), unless a valid record after it says those bytes were
+    /// already synced, which makes them corruption (`scan_segment`). Other
+    /// damage is skipped to the next valid record and kept with the commits
+    /// it may hide, for phase 4 to judge; its bytes are never returned as
+    /// data. A record that decodes but contradicts the log (a page record
+    /// here, a commit out of sequence, a checkpoint older than the one
+    /// before it) is corruption.
+    fn scan(chain: &[&Seg], ends: &[ScanEnd]) -> Result<LogScan> {
+        let mut log = LogScan {
+            log_segments: Vec::with_capacity(chain.len()),
+            ..LogScan::default()
         };
-        let mut max_seq = 0;
-        loop {
-            let rec = match scan.next_record() {
-                Ok(Some(rec)) => rec,
-                Ok(None) => break,
-                Err(kivi_log::Error::Corrupt(c)) => {
-                    let from = last_seq.map_or(1, |l| l + 1);
-                    open_damage.get_or_insert((from, c.clone()));
-                    damage.push(c);
-                    if scan.skip_damage()?.is_none() {
-                        break;
-                    }
-                    continue;
-                }
-                Err(e) => return Err(e.into()),
+        for (seg, &end) in chain.iter().zip(ends) {
+            let Some(mut scan) = scan_segment(seg.reader.clone(), seg.id, seg.name.clone(), end)?
+            else {
+                unreachable!("chain segments have headers")
             };
-            let here = |what: String| Corruption::new(&seg.name, rec.offset, what);
-            // The last commit the log held before this record, if it says.
-            let (before, ckpt) = match rec.ty {
-                RecordType::Commit => match CommitRecord::decode(rec.body) {
-                    Ok((seq, _)) => (seq.checked_sub(1), None),
-                    Err(e) => {
-                        let c = here(format!("commit record: {e}"));
-                        open_damage.get_or_insert((last_seq.map_or(1, |l| l + 1), c.clone()));
-                        damage.push(c);
-                        continue;
-                    }
-                },
-                RecordType::Checkpoint => match CheckpointRecord::decode(rec.body) {
-                    Ok(c) => (Some(c.log_seq), Some(c)),
-                    Err(e) => {
-                        // A lost checkpoint hides no commit: an older one (or
-                        // the log from its start) still covers everything.
-                        damage.push(here(format!("checkpoint record: {e}")));
-                        continue;
-                    }
-                },
-                other => {
-                    return Err(here(format!("{other:?} record in the commit log")).into());
-                }
-            };
-            let before = before.unwrap_or(0);
-            match open_damage.take() {
-                Some((from, c)) if before >= from => hidden.push((from, before, c)),
-                Some(_) => {}
-                None => {
-                    if let Some(last) = last_seq {
-                        if before != last {
-                            return Err(here(format!(
-                                "the record follows commit {before}, but the log's last was {last}"
-                            ))
-                            .into());
+            let mut max_seq = 0;
+            loop {
+                let rec = match scan.next_record() {
+                    Ok(Some(rec)) => rec,
+                    Ok(None) => break,
+                    Err(kivi_log::Error::Corrupt(c)) => {
+                        log.damaged(c);
+                        if scan.skip_damage()?.is_none() {
+                            break;
                         }
+                        continue;
                     }
-                }
-            }
-            match ckpt {
-                None => {
-                    let seq = before + 1;
-                    first_seq.get_or_insert(seq);
-                    last_seq = Some(seq);
+                    Err(e) => return Err(e.into()),
+                };
+                if let Some(seq) = log.record(&seg.name, &rec)? {
                     max_seq = seq;
                 }
-                Some(c) => {
-                    if checkpoint.is_some_and(|prev| c.seq < prev.seq) {
-                        return Err(here("checkpoint older than the one before it".into()).into());
+            }
+            if let Some(at) = scan.torn_at() {
+                log.torn_tail = Some((seg.name.clone(), at));
+            }
+            log.log_end = Some((seg.id, scan.valid_end()));
+            log.log_segments.push(LogSegment {
+                id: seg.id,
+                max_seq,
+                bytes: scan.valid_end(),
+            });
+        }
+        Ok(log)
+    }
+
+    /// Damage where a commit might have been: it may hide the commits from
+    /// the one after the last seen, up to wherever the next valid record
+    /// says the log stood.
+    fn damaged(&mut self, c: Corruption) {
+        let from = self.last_seq.map_or(1, |l| l + 1);
+        self.open_damage.get_or_insert((from, c.clone()));
+        self.damage.push(c);
+    }
+
+    /// Takes one valid record of segment `file`; returns a commit's
+    /// sequence number.
+    fn record(&mut self, file: &str, rec: &ScannedRecord<'_>) -> Result<Option<u64>> {
+        let here = |what: String| Corruption::new(file, rec.offset, what);
+        // The last commit the log held before this record, if it says.
+        let (before, ckpt) = match rec.ty {
+            RecordType::Commit => match CommitRecord::decode(rec.body) {
+                Ok((seq, _)) => (seq.checked_sub(1), None),
+                Err(e) => {
+                    self.damaged(here(format!("commit record: {e}")));
+                    return Ok(None);
+                }
+            },
+            RecordType::Checkpoint => match CheckpointRecord::decode(rec.body) {
+                Ok(c) => (Some(c.log_seq), Some(c)),
+                Err(e) => {
+                    // A lost checkpoint hides no commit: an older one (or
+                    // the log from its start) still covers everything.
+                    self.damage.push(here(format!("checkpoint record: {e}")));
+                    return Ok(None);
+                }
+            },
+            other => {
+                return Err(here(format!("{other:?} record in the commit log")).into());
+            }
+        };
+        let before = before.unwrap_or(0);
+        match self.open_damage.take() {
+            Some((from, c)) if before >= from => self.hidden.push((from, before, c)),
+            Some(_) => {}
+            None => {
+                if let Some(last) = self.last_seq {
+                    if before != last {
+                        return Err(here(format!(
+                            "the record follows commit {before}, but the log's last was {last}"
+                        ))
+                        .into());
                     }
-                    last_seq = Some(c.log_seq);
-                    checkpoint = Some(c);
                 }
             }
         }
-        if let Some(at) = scan.torn_at() {
-            torn_tail = Some((seg.name.clone(), at));
+        match ckpt {
+            None => {
+                let seq = before + 1;
+                self.first_seq.get_or_insert(seq);
+                self.last_seq = Some(seq);
+                Ok(Some(seq))
+            }
+            Some(c) => {
+                if self.checkpoint.is_some_and(|prev| c.seq < prev.seq) {
+                    return Err(here("checkpoint older than the one before it".into()).into());
+                }
+                self.last_seq = Some(c.log_seq);
+                self.checkpoint = Some(c);
+                Ok(None)
+            }
         }
-        log_end = Some((seg.id, scan.valid_end()));
-        log_segments.push(LogSegment {
-            id: seg.id,
-            max_seq,
-            bytes: scan.valid_end(),
-        });
-    }
-    // Damage is bearable only where a checkpoint covers every commit it may
-    // have hidden; otherwise acknowledged commits would be missing.
-    if let Some((_, c)) = open_damage {
-        return Err(c.into());
-    }
-    // Commits after `replay_from` are replayed, so none of them may be lost.
-    let covered = checkpoint.map_or(0, |c| c.replay_from);
-    if let Some((_, _, c)) = hidden.into_iter().find(|&(_, to, _)| to > covered) {
-        return Err(c.into());
     }
 
-    let base_seq = checkpoint.map_or(0, |c| c.replay_from);
-    // The checkpoint counted the pairs of its version, `seq`: commits up
-    // to it are replayed for their data (the tree may hold some of them
-    // already), and the count restarts from the record's at that point.
-    let counted_at = checkpoint.map_or(0, |c| c.seq);
-    let begins_at_start = chain
-        .first()
-        .is_none_or(|s| s.header.expect("header").prev_segment == 0);
-    if checkpoint.is_none() && !begins_at_start {
-        return Err(corrupt(
-            &chain[0].name,
-            0,
-            "the start of the log is missing and no checkpoint remains",
-        ));
-    }
-    if checkpoint.is_none() && first_seq.is_some_and(|s| s != 1) {
-        return Err(corrupt(
-            &chain[0].name,
-            0,
-            "the log's first commits are missing",
-        ));
-    }
-    if let Some(first) = first_seq {
-        if last_seq.expect("seen") > base_seq && first > base_seq + 1 {
+    /// Phase 4: refuses to open a store that lost an acknowledged commit.
+    ///
+    /// Damage is bearable only where the newest checkpoint covers every
+    /// commit it may have hidden (up to its `replay_from`; commits after it
+    /// are replayed, so none may be lost), and damage no valid record
+    /// followed never is: the commits it hid are unknown. A crash never
+    /// loses the log's start on its own: a cleanup deletes commit segments
+    /// only once a durable checkpoint covers them, so a log that does not
+    /// begin at the store's first segment and commit, or that skips
+    /// commits after the checkpoint, is corruption.
+    fn nothing_lost(&self, chain: &[&Seg]) -> Result<()> {
+        if let Some((_, c)) = &self.open_damage {
+            return Err(c.clone().into());
+        }
+        let covered = self.checkpoint.map_or(0, |c| c.replay_from);
+        if let Some((_, _, c)) = self.hidden.iter().find(|&&(_, to, _)| to > covered) {
+            return Err(c.clone().into());
+        }
+        let base_seq = covered;
+        let begins_at_start = chain
+            .first()
+            .is_none_or(|s| s.header.expect("header").prev_segment == 0);
+        if self.checkpoint.is_none() && !begins_at_start {
             return Err(corrupt(
                 &chain[0].name,
                 0,
-                format!("commits {} to {} are missing", base_seq + 1, first - 1),
+                "the start of the log is missing and no checkpoint remains",
             ));
         }
-    }
-    let last_seq = last_seq.unwrap_or(0).max(base_seq);
-
-    // The tree as of the checkpoint.
-    let mut root = match checkpoint.and_then(|c| c.root.map(|r| (c, r))) {
-        Some((c, page)) => {
-            if c.root_level > kivi_tree::MAX_LEVEL {
-                return Err(corrupt("checkpoint", 0, "root level over the depth limit"));
-            }
-            let at = kivi_tree::DiskRef {
-                page,
-                subtree: c.tree_bytes,
-                oldest: c.root_oldest,
-            };
-            Some(pager.load(at, c.root_level)?)
+        if self.checkpoint.is_none() && self.first_seq.is_some_and(|s| s != 1) {
+            return Err(corrupt(
+                &chain[0].name,
+                0,
+                "the log's first commits are missing",
+            ));
         }
-        None => None,
-    };
-    let mut pairs = checkpoint.map_or(0, |c| c.pairs) as i64;
-
-    // Pass 2: replay the commits after the checkpoint.
-    let mut replayed = 0;
-    let mut redo_bytes = 0;
-    let mut pending: BTreeMap<Vec<u8>, Option<Vec<u8>>> = BTreeMap::new();
-    let mut pending_bytes = 0usize;
-    let mut recounted = false;
-    let flush = |pending: &mut BTreeMap<Vec<u8>, Option<Vec<u8>>>,
-                 root: &mut Option<Arc<kivi_tree::Node>>,
-                 pairs: &mut i64|
-     -> Result<()> {
-        let ops: Vec<OpRef<'_>> = pending
-            .iter()
-            .map(|(k, v)| match v {
-                Some(v) => OpRef::Put(k, v),
-                None => OpRef::Delete(k),
-            })
-            .collect();
-        let applied = apply(pager, cfg, root.as_ref(), &ops)?;
-        *root = applied.root;
-        *pairs += applied.pairs_delta;
-        pending.clear();
+        if let Some(first) = self.first_seq {
+            if self.last_seq.expect("seen") > base_seq && first > base_seq + 1 {
+                return Err(corrupt(
+                    &chain[0].name,
+                    0,
+                    format!("commits {} to {} are missing", base_seq + 1, first - 1),
+                ));
+            }
+        }
         Ok(())
+    }
+}
+
+/// Phase 5: the tree as of the newest checkpoint (none: an empty tree).
+///
+/// A checkpoint record is committed only after all its pages were synced,
+/// so a crash cannot leave it naming pages that never reached the disk;
+/// the root is read and validated like every page, and a root that fails
+/// (or a level past the depth limit) is corruption.
+fn load_checkpoint_tree(
+    pager: &Pager,
+    checkpoint: Option<CheckpointRecord>,
+) -> Result<Option<Arc<Node>>> {
+    let Some((c, page)) = checkpoint.and_then(|c| c.root.map(|r| (c, r))) else {
+        return Ok(None);
     };
-    for ((seg, &end), info) in chain.iter().zip(&ends).zip(&log_segments) {
+    if c.root_level > kivi_tree::MAX_LEVEL {
+        return Err(corrupt("checkpoint", 0, "root level over the depth limit"));
+    }
+    let at = DiskRef {
+        page,
+        subtree: c.tree_bytes,
+        oldest: c.root_oldest,
+    };
+    Ok(Some(pager.load(at, c.root_level)?))
+}
+
+/// The tree being rebuilt by pass 2, and what the replay counted.
+struct Replay<'a> {
+    pager: &'a Pager,
+    cfg: &'a TreeConfig,
+    checkpoint: Option<CheckpointRecord>,
+    root: Option<Arc<Node>>,
+    pairs: i64,
+    /// Operations not yet applied, newest per key, and their estimated
+    /// memory.
+    pending: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    pending_bytes: usize,
+    /// Whether the pair count restarted from the checkpoint's.
+    recounted: bool,
+    /// Commits replayed and the bytes of their records.
+    replayed: u64,
+    redo_bytes: u64,
+}
+
+/// Phase 6, pass 2: replays the commits after the checkpoint's
+/// `replay_from` into its tree, in chunks.
+///
+/// Pass 1 validated every record here, so what this pass meets is what
+/// phase 4 accepted: damage it skips hides only commits the checkpoint
+/// holds, and the scan ends where pass 1's did (the same torn tail cut).
+/// The tree may already hold some of the commits replayed: a sliced
+/// checkpoint writes parts of the tree from versions up to its `seq`, past
+/// `replay_from`. A put or delete the tree holds changes nothing, so
+/// replaying them again is safe; the pair count restarts from the
+/// checkpoint's once the replay passes its `seq`.
+fn replay_log<'a>(
+    pager: &'a Pager,
+    cfg: &'a TreeConfig,
+    chain: &[&Seg],
+    ends: &[ScanEnd],
+    log: &LogScan,
+    root: Option<Arc<Node>>,
+) -> Result<Replay<'a>> {
+    let checkpoint = log.checkpoint;
+    let base_seq = checkpoint.map_or(0, |c| c.replay_from);
+    let mut replay = Replay {
+        pager,
+        cfg,
+        checkpoint,
+        root,
+        pairs: checkpoint.map_or(0, |c| c.pairs) as i64,
+        pending: BTreeMap::new(),
+        pending_bytes: 0,
+        recounted: false,
+        replayed: 0,
+        redo_bytes: 0,
+    };
+    for ((seg, &end), info) in chain.iter().zip(ends).zip(&log.log_segments) {
         if info.max_seq <= base_seq {
             continue;
         }
@@ -337,66 +507,108 @@ pub(crate) fn recover(
             if seq <= base_seq {
                 continue;
             }
-            if seq > counted_at && !recounted {
-                // Everything up to the checkpoint's version is in `pending`
-                // or the tree: its own count replaces what replay counted.
-                if !pending.is_empty() {
-                    flush(&mut pending, &mut root, &mut pairs)?;
-                    pending_bytes = 0;
-                }
-                pairs = checkpoint.map_or(0, |c| c.pairs) as i64;
-                recounted = true;
-            }
-            replayed += 1;
-            redo_bytes += rec.len;
-            for op in ops {
-                pending_bytes += op.key().len() + 64;
-                match op {
-                    OpRef::Put(k, v) => {
-                        pending_bytes += v.len();
-                        pending.insert(k.to_vec(), Some(v.to_vec()));
-                    }
-                    OpRef::Delete(k) => {
-                        pending.insert(k.to_vec(), None);
-                    }
-                }
-            }
-            if pending_bytes > REPLAY_CHUNK_BYTES {
-                flush(&mut pending, &mut root, &mut pairs)?;
-                pending_bytes = 0;
-            }
+            replay.commit(seq, &ops, rec.len)?;
         }
     }
-    if !pending.is_empty() {
-        flush(&mut pending, &mut root, &mut pairs)?;
+    if !replay.pending.is_empty() {
+        replay.flush()?;
     }
-    if !recounted {
-        pairs = checkpoint.map_or(0, |c| c.pairs) as i64;
+    if !replay.recounted {
+        replay.pairs = checkpoint.map_or(0, |c| c.pairs) as i64;
+    }
+    Ok(replay)
+}
+
+impl Replay<'_> {
+    /// Takes the operations of commit `seq` (after `replay_from`), whose
+    /// record is `len` bytes.
+    fn commit(&mut self, seq: u64, ops: &[OpRef<'_>], len: u64) -> Result<()> {
+        let counted_at = self.checkpoint.map_or(0, |c| c.seq);
+        if seq > counted_at && !self.recounted {
+            // Everything up to the checkpoint's version is in `pending`
+            // or the tree: its own count replaces what replay counted.
+            if !self.pending.is_empty() {
+                self.flush()?;
+            }
+            self.pairs = self.checkpoint.map_or(0, |c| c.pairs) as i64;
+            self.recounted = true;
+        }
+        self.replayed += 1;
+        self.redo_bytes += len;
+        for op in ops {
+            self.pending_bytes += op.key().len() + 64;
+            match *op {
+                OpRef::Put(k, v) => {
+                    self.pending_bytes += v.len();
+                    self.pending.insert(k.to_vec(), Some(v.to_vec()));
+                }
+                OpRef::Delete(k) => {
+                    self.pending.insert(k.to_vec(), None);
+                }
+            }
+        }
+        if self.pending_bytes > REPLAY_CHUNK_BYTES {
+            self.flush()?;
+        }
+        Ok(())
     }
 
-    // Page segments: those past the newest checkpoint's end hold pages no
-    // durable checkpoint references.
+    /// Applies the pending operations to the tree, copy-on-write.
+    fn flush(&mut self) -> Result<()> {
+        let ops: Vec<OpRef<'_>> = self
+            .pending
+            .iter()
+            .map(|(k, v)| match v {
+                Some(v) => OpRef::Put(k, v),
+                None => OpRef::Delete(k),
+            })
+            .collect();
+        let applied = apply(self.pager, self.cfg, self.root.as_ref(), &ops)?;
+        self.root = applied.root;
+        self.pairs += applied.pairs_delta;
+        self.pending.clear();
+        self.pending_bytes = 0;
+        Ok(())
+    }
+}
+
+/// The page segments that stay, as phase 7 found them.
+struct PageSegments {
+    /// The page segment the newest checkpoint ended in, and where.
+    page_end: Option<(SegmentId, u64)>,
+    /// Page segments that are not garbage, with their lengths.
+    page_segments: BTreeMap<SegmentId, u64>,
+}
+
+/// Phase 7: which page segments stay (with their lengths), and where the
+/// newest checkpoint's pages end; the rest join `garbage`, which comes
+/// back sorted, each segment once.
+///
+/// A crash during a checkpoint leaves pages past the newest durable
+/// checkpoint's page end that nothing references: garbage. A crash (or an
+/// old reader) during the cleaner's deletions leaves segments before the
+/// oldest one the checkpoint's tree uses, which hold only pages the cleaner
+/// copied or that newer pages replaced: garbage too. The segment the
+/// checkpoint's pages end in must be there; it can be missing when a
+/// damaged newest checkpoint record made recovery fall back to an older
+/// one whose pages the cleaner deleted, which is corruption.
+fn sort_page_segments(
+    storage: &Arc<dyn Storage>,
+    segs: &[Seg],
+    checkpoint: Option<CheckpointRecord>,
+    garbage: &mut Vec<SegmentId>,
+) -> Result<PageSegments> {
     let page_end = checkpoint
         .filter(|c| c.page_end.segment != 0)
         .map(|c| (u64::from(c.page_end.segment), u64::from(c.page_end.offset)));
-    // And those before the oldest segment the checkpoint's tree uses hold
-    // only pages the cleaner copied or that newer pages replaced; a crash
-    // (or an old reader) kept them from being deleted.
-    let unused_below = checkpoint.map_or(0, |c| {
-        u64::from(crate::checkpointer::unreferenced_below(&c))
-    });
-    for s in segs
-        .iter()
-        .filter(|s| s.header.is_some_and(|h| h.kind == SegmentKind::Pages))
-    {
+    let unused_below = checkpoint.map_or(0, |c| u64::from(unreferenced_below(&c)));
+    for s in segs.iter().filter(|s| s.is(SegmentKind::Pages)) {
         if page_end.is_none_or(|(p, _)| s.id > p) || s.id < unused_below {
             garbage.push(s.id);
         }
     }
     if let Some((p, end)) = page_end {
-        let present = segs
-            .iter()
-            .any(|s| s.id == p && s.header.is_some_and(|h| h.kind == SegmentKind::Pages));
+        let present = segs.iter().any(|s| s.id == p && s.is(SegmentKind::Pages));
         if !present {
             return Err(corrupt(
                 &storage.segment_name(p),
@@ -409,23 +621,12 @@ pub(crate) fn recover(
     garbage.dedup();
     let page_segments = segs
         .iter()
-        .filter(|s| s.header.is_some_and(|h| h.kind == SegmentKind::Pages))
+        .filter(|s| s.is(SegmentKind::Pages))
         .filter(|s| garbage.binary_search(&s.id).is_err())
         .map(|s| (s.id, s.len))
         .collect();
-
-    Ok(Recovered {
-        version: Version::of_tree(root, last_seq, pairs as u64, 0),
-        checkpoint,
-        log_segments,
-        log_end,
+    Ok(PageSegments {
         page_end,
         page_segments,
-        garbage,
-        max_segment_id,
-        torn_tail,
-        damage,
-        replayed,
-        redo_bytes,
     })
 }
