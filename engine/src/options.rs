@@ -78,7 +78,8 @@ pub const MIN_DEFAULT_CACHE_BYTES: u64 = 256 << 20;
 /// decodes it (about 5 us of CPU), one that is cached walks memory (well
 /// under 1 us). With a fixed 256 MiB, a 10M-pair store (about 1.2 GB of
 /// decoded tree) read at random missed most of the time on a 24 GiB
-/// machine, at a fifth of LMDB's rate there (docs/benchmarks.md).
+/// machine, at a fifth of LMDB's rate there
+/// (docs/decisions/0008-cache-scaled-with-machine-memory.md).
 pub fn default_cache_bytes() -> u64 {
     crate::machine_memory::available().map_or(MIN_DEFAULT_CACHE_BYTES, |m| {
         (m / 8).max(MIN_DEFAULT_CACHE_BYTES)

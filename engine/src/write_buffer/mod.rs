@@ -32,8 +32,7 @@
 //! ~200,000 entries; in `update_probe` that search was the largest single
 //! cost of random updates (20% of all samples, on the committing thread).
 //! Here a commit's writes are copied once into their run and then moved in
-//! sequential merges. See docs/benchmarks.md, "Sorted runs instead of a
-//! skiplist".
+//! sequential merges. See docs/decisions/0004-write-buffer-in-sorted-runs.md.
 //!
 //! This file is the buffer's public face, `WriteBuffer`; each structure
 //! under it has a file of its own:
