@@ -148,8 +148,13 @@ fn check_log(
     let mut chain = Vec::new();
     if let Some(&head) = commits.last() {
         chain.push(head);
+        // Only older commit segments link on, as in recovery's chain.
         while let Some((h, _)) = headers.get(chain.last().expect("non-empty")) {
-            if !headers.contains_key(&h.prev_segment) {
+            let links = h.prev_segment < h.segment
+                && headers
+                    .get(&h.prev_segment)
+                    .is_some_and(|(p, _)| p.kind == SegmentKind::Commits);
+            if !links {
                 break;
             }
             chain.push(h.prev_segment);

@@ -173,7 +173,11 @@ fn find_log_chain<'a>(segs: &'a [Seg], garbage: &mut Vec<SegmentId>) -> Result<V
     if let Some((_, &head)) = commits.last_key_value() {
         chain.push(head);
         let mut cur = head;
-        while let Some(prev) = commits.get(&cur.header.expect("commit segment header").prev_segment)
+        // A link only ever points back: a header naming itself or a later
+        // segment (never written by kivi) ends the chain instead of looping.
+        while let Some(prev) = commits
+            .get(&cur.header.expect("commit segment header").prev_segment)
+            .filter(|prev| prev.id < cur.id)
         {
             chain.push(prev);
             cur = prev;
