@@ -12,6 +12,9 @@
 //! second with a sixteenth of that pending, and once more at close when the
 //! backlog is worth it (1 MiB, or 8 commit segments to retire).
 
+use crate::cleaner::plan::{
+    choose_slice, plan_floor, slice_floor, Plan, PlanInput, SliceCandidate,
+};
 use crate::db::Inner;
 use crate::error::{Error, Result};
 use crate::page_log::PageLog;
@@ -98,9 +101,6 @@ struct RootSlice {
     since: u32,
 }
 
-/// A sliced checkpoint writes about this share of the tree's changes.
-const SLICES: u64 = 4;
-
 impl Checkpointer {
     pub fn new(pages: PageLog, durable_oldest: u32, replay_from: u64) -> Self {
         Checkpointer {
@@ -140,7 +140,7 @@ impl Checkpointer {
         let by_low: HashMap<&Option<Vec<u8>>, usize> =
             prev.iter().enumerate().map(|(j, p)| (&p.low, j)).collect();
         // Changed children whose key range the previous root had too.
-        let mut candidates: Vec<(u64, usize, DiskRef)> = Vec::new();
+        let mut candidates = Vec::new();
         for (i, (low, page)) in now.iter().enumerate() {
             if page.is_some() {
                 continue;
@@ -151,122 +151,31 @@ impl Checkpointer {
             if prev_high(j) != now_high(i) {
                 continue;
             }
-            candidates.push((prev[j].seq, i, prev[j].page));
+            candidates.push(SliceCandidate {
+                seq: prev[j].seq,
+                child: i,
+                page: prev[j].page,
+                subtree: prev[j].page.subtree,
+            });
         }
-        candidates.sort_unstable_by_key(|&(seq, i, _)| (seq, i));
-        let mut keep = vec![None; now.len()];
-        let mut written = 0u64;
-        for (_, i, page) in candidates {
-            if written < tree_bytes / SLICES {
-                written += page.subtree;
-            } else {
-                keep[i] = Some(page);
-            }
-        }
-        keep
+        choose_slice(candidates, now.len(), tree_bytes)
     }
 
-    /// Bytes of the page segments the durable tree may still use.
-    fn page_bytes(&self) -> u64 {
-        self.pages
-            .segments()
-            .range(u64::from(self.durable_oldest)..)
-            .map(|(_, len)| len)
-            .sum()
-    }
-
-    /// Where the next checkpoint should clean up to. The store's files are
-    /// to stay within `max` times its live bytes. The files are the page
-    /// segments, the commit log (`log_bytes`) and, until the checkpoint is
-    /// durable and the segments it frees are deleted, what this checkpoint
-    /// and the next write (each estimated by what the last one wrote, at most the tree's
-    /// size, nothing before the first; nothing when there is nothing new to write, `new_pages`
-    /// false, or a cleaning-only checkpoint would see its own copies as
-    /// the next one's and clean forever). The live bytes are taken as the tree's alone (`tree_bytes`):
-    /// the commit log since the last checkpoint is live too (`stats`
-    /// counts it), but a checkpoint retires it, after which the files must
-    /// still fit. While all that fits, the floor stays; otherwise it moves
-    /// past the oldest page segments, as many as the excess needs, at most
-    /// `CLEAN_STEP_BYTES` or the tree's size of them per checkpoint (at
-    /// least one), never into the segment being written.
+    /// What the cleaner plans the next checkpoint's cleaning from.
     fn plan_floor(&self, tree_bytes: u64, log_bytes: u64, max: f64, new_pages: bool) -> Plan {
-        let keep = Plan {
+        plan_floor(&PlanInput {
+            segments: self.pages.segments(),
+            current: self.pages.current(),
             floor: self.floor,
-            close_current: false,
-        };
-        // A tenth of headroom: the estimates (what checkpoints will write,
-        // the commit log meanwhile) are rough, and the files must stay
-        // under the target, not reach it.
-        let allowed = (tree_bytes as f64 * max * PLAN_HEADROOM) as u64;
-        // Unknown before the first checkpoint of a session: then only what
-        // is over the target now is cleaned (guessing the tree's size would
-        // copy a whole clean tree at the first checkpoint after every open).
-        let coming = if new_pages {
-            self.last_written.unwrap_or(0).min(tree_bytes)
-        } else {
-            0
-        };
-        // Nothing is deleted until the checkpoint is durable, and the
-        // segments kept now must leave room for the next checkpoint's
-        // writes too: a few live pages left in every old segment (after
-        // uniform random updates, ~0.3% of leaves between two checkpoints)
-        // keep them all, so they cannot be counted on to die by themselves.
-        let mut total = self.page_bytes() + log_bytes + 2 * coming;
-        if total <= allowed {
-            return keep;
-        }
-        let current = self.pages.current();
-        let mut floor = self.floor.max(self.durable_oldest);
-        let mut step = 0u64;
-        // What a checkpoint copies is the live part of the segments it
-        // cleans, usually small (the rest died as checkpoints rewrote it);
-        // the step bounds that at twice the tree's size, so the cleaner gets
-        // ahead of checkpoints that rewrite most of a large tree (with one
-        // tree's worth it only kept pace, at two trees on disk).
-        let step_max = CLEAN_STEP_BYTES.max(2 * tree_bytes);
-        for (&id, &len) in self.pages.segments().range(u64::from(floor)..) {
-            if current.is_some_and(|c| c.0 == id) {
-                // Everything older is cleaned and it is still too much: the
-                // segment being written holds much of it (a store smaller
-                // than a segment holds everything there). Close it so it
-                // can be cleaned too, if it is worth it.
-                if step == 0 && total > allowed && len >= (allowed / 4).max(CLOSE_MIN_BYTES) {
-                    return Plan {
-                        floor: id as u32 + 1,
-                        close_current: true,
-                    };
-                }
-                break;
-            }
-            if total <= allowed || (step > 0 && step + len > step_max) {
-                break;
-            }
-            total -= len;
-            step += len;
-            floor = id as u32 + 1;
-        }
-        Plan {
-            floor: floor.max(self.floor),
-            close_current: false,
-        }
+            durable_oldest: self.durable_oldest,
+            last_written: self.last_written,
+            tree_bytes,
+            log_bytes,
+            max,
+            new_pages,
+        })
     }
 }
-
-/// The cleaner plans to keep the files within this share of the target.
-const PLAN_HEADROOM: f64 = 0.9;
-
-/// What the next checkpoint cleans: the records before `floor`, after
-/// closing the segment being written if `close_current` (the floor then
-/// lies just past it: the next segment is where the copies go).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Plan {
-    floor: u32,
-    close_current: bool,
-}
-
-/// The segment being written is closed for cleaning only when it holds at
-/// least this much (and a quarter of what the files may take).
-const CLOSE_MIN_BYTES: u64 = 1 << 20;
 
 /// The commit log is retired early (a checkpoint before `checkpoint_bytes`)
 /// once it takes a quarter of the room the space target leaves beside the
@@ -282,11 +191,6 @@ struct Space {
     /// The commit log's files.
     log: u64,
 }
-
-/// Most bytes of page segments one checkpoint cleans, unless twice the tree
-/// is more (then that) or a single segment is: bounds the extra work,
-/// and the memory of the relocation map, each checkpoint carries.
-const CLEAN_STEP_BYTES: u64 = 64 << 20;
 
 /// What a checkpoint is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -667,26 +571,17 @@ impl Inner {
             c.pages.finish_segment()?;
         }
         let first_segment = c.pages.end().segment;
-        // A slice cleans by rotation: the pages it keeps die as later
-        // slices rewrite them, and what it writes takes along every page
-        // older than the second-oldest slice it keeps (an untouched leaf
-        // left in an old segment would keep that segment, and all after
-        // it, alive; with the oldest slice's segment as the line, such
-        // leaves lagged a rotation behind and the files reached 2x at
-        // 1 M pairs). The space plan's floor would instead copy the kept
-        // slices too, making every slice a whole tree again.
+        // A slice cleans by rotation (see `slice_floor`).
         let floor = match sliced {
             true => {
-                let mut since: Vec<u32> = c
+                let since: Vec<u32> = c
                     .root_slices
                     .iter()
                     .flatten()
                     .filter(|s| keep.contains(&Some(s.page)))
                     .map(|s| s.since)
                     .collect();
-                since.sort_unstable();
-                since.dedup();
-                since.get(1).or(since.first()).copied().unwrap_or(floor)
+                slice_floor(since, floor)
             }
             false => floor,
         };

@@ -18,6 +18,7 @@
 mod batch;
 mod check;
 mod checkpointer;
+mod cleaner;
 mod commit_log;
 mod db;
 mod error;
