@@ -1,57 +1,29 @@
 //! The database handle: opening, reading, writing, closing.
 
-use crate::batch::{BatchOp, WriteBatch};
-use crate::checkpointer::{
-    unreferenced_below, Background, CheckpointKind, Checkpointer, EARLY_CHECKPOINT_MIN_BYTES,
-};
+use crate::batch::WriteBatch;
+use crate::checkpointer::{unreferenced_below, Background, CheckpointKind, Checkpointer};
+use crate::commit::Writer;
 use crate::commit_log::CommitLog;
 use crate::error::{Error, Result};
 use crate::identity::{self, IDENTITY};
 use crate::iter::{Iter, Scan, Snapshot};
 use crate::limits::MAX_KEY_LEN;
-use crate::options::{Durability, Options};
+use crate::options::Options;
 use crate::page_log::PageLog;
-use crate::pipeline::{Pipeline, Reply, Request, Ticket, WriteOutcome};
+use crate::pipeline::{Pipeline, Reply, Request, WriteOutcome};
 use crate::recovery::recover;
-use crate::version::{Epoch, Reclaimer, Version};
-use crate::write_buffer::{Lookup, SpareArrays, WriteBuffer};
+use crate::version::{Reclaimer, Version};
+use crate::write_buffer::{Lookup, SpareArrays};
 use arc_swap::ArcSwap;
-use kivi_log::{CheckpointRecord, CommitRecord, OpRef, RecordType, SegmentIds};
+use kivi_log::SegmentIds;
 use kivi_storage::{LocalDir, Storage};
-use kivi_tree::{
-    apply, compare_keys, get_each, get_into, keys_in_leaf_of, release_written, Pager, TreeConfig,
-};
+use kivi_tree::{apply, get_each, get_into, Pager, TreeConfig};
 use parking_lot::Mutex;
-use std::collections::HashMap;
 use std::ops::ControlFlow;
 use std::ops::RangeBounds;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-
-/// Groups of at least this many operations go straight into the tree while
-/// the write buffer is empty: they touch enough of each leaf they reach
-/// that the buffer would save little.
-const DIRECT_APPLY_OPS: usize = 1 << 16;
-
-/// Groups of at least this many operations that would go straight into the
-/// tree have a smaller write buffer merged first (see `commit_group`).
-const FLUSH_BEFORE_DIRECT_MIN_OPS: usize = 256;
-
-/// Keys of a group sampled to tell whether they crowd into few leaves.
-const DENSITY_SAMPLES: usize = 16;
-
-/// Keys per leaf, on average over the samples, from which a group goes
-/// straight into the tree while the write buffer is empty. Random updates of
-/// a 1M-pair store put about one key in each leaf they touch; a load in key
-/// order, a leaf's worth (about 50 kv40 pairs).
-const DENSE_KEYS_PER_LEAF: usize = 8;
-
-/// What the writer (the group-commit leader) owns.
-pub(crate) struct Writer {
-    pub log: CommitLog,
-    pub seq: u64,
-}
 
 /// Counters behind `stats()`.
 #[derive(Default)]
@@ -560,285 +532,6 @@ impl Inner {
         self.opened_at.elapsed().as_millis() as u64
     }
 
-    pub(crate) fn submit(&self, request: Request) -> Result<Reply> {
-        if self.closed.load(Ordering::Acquire) {
-            return Err(Error::Closed);
-        }
-        if matches!(request, Request::Write(_)) {
-            self.wait_for_write_buffer();
-        }
-        self.pipeline
-            .submit(request, &|group| self.commit_group(group))
-    }
-
-    /// Commits one group: decides conditional writes in order, applies the
-    /// resulting operations to a new tree version, appends one commit record
-    /// (and any checkpoint records) in one write, syncs, publishes.
-    fn commit_group(&self, group: &[Arc<Ticket>]) -> Vec<Result<Reply>> {
-        let mut guard = self.writer.lock();
-        let Some(w) = guard.as_mut() else {
-            return group.iter().map(|_| Err(Error::ReadOnly)).collect();
-        };
-        if self.closed.load(Ordering::Acquire) {
-            return group.iter().map(|_| Err(Error::Closed)).collect();
-        }
-        let mut base = self.published.load_full();
-        if self.buffer_wants_merge(&base) {
-            match self.merge_buffer(&base, false) {
-                Ok(merged) => base = merged,
-                Err(e) => {
-                    *self.last_error.lock() = Some(format!("merging the write buffer: {e}"));
-                    // Past twice its bound the buffer takes no more: writes
-                    // fail with the error until a merge succeeds.
-                    if base.buffer.bytes() >= self.buffer_limit().saturating_mul(2) {
-                        self.counters.failed_commits.fetch_add(1, Ordering::Relaxed);
-                        return group.iter().map(|_| Err(e.duplicate())).collect();
-                    }
-                }
-            }
-        }
-        let mut replies: Vec<Option<Result<Reply>>> = Vec::with_capacity(group.len());
-        let mut ops: Vec<(&[u8], Option<&[u8]>)> = Vec::new();
-        let mut checkpoints = Vec::new();
-        let conditional = group
-            .iter()
-            .any(|t| matches!(&t.request, Request::Write(b) if b.conditional));
-        let mut overlay: HashMap<&[u8], Option<&[u8]>> = HashMap::new();
-        for t in group {
-            match &t.request {
-                Request::Write(batch) if !batch.conditional => {
-                    for op in &batch.ops {
-                        let effect = match op {
-                            BatchOp::Put { key, value } => (key.as_slice(), Some(value.as_slice())),
-                            BatchOp::Delete { key } => (key.as_slice(), None),
-                            _ => unreachable!("unconditional batch"),
-                        };
-                        if conditional {
-                            overlay.insert(effect.0, effect.1);
-                        }
-                        ops.push(effect);
-                    }
-                    replies.push(Some(Ok(Reply::Write(WriteOutcome::Applied))));
-                }
-                Request::Write(batch) => {
-                    let outcome = self.decide(batch, &base, &mut overlay, &mut ops);
-                    replies.push(Some(outcome.map(Reply::Write)));
-                }
-                Request::Checkpoint {
-                    record,
-                    generation,
-                    moved,
-                    fresh_segment,
-                } => {
-                    checkpoints.push((*record, *generation, moved, *fresh_segment));
-                    replies.push(None);
-                }
-            }
-        }
-
-        // One operation per key, the last one written, in key order.
-        if !ops.windows(2).all(|p| compare_keys(p[0].0, p[1].0).is_lt()) {
-            // Stable, so the last write to a key stays last.
-            ops.sort_by(|a, b| compare_keys(a.0, b.0));
-            let mut deduped: Vec<(&[u8], Option<&[u8]>)> = Vec::with_capacity(ops.len());
-            for op in ops {
-                match deduped.last_mut() {
-                    Some(last) if last.0 == op.0 => *last = op,
-                    _ => deduped.push(op),
-                }
-            }
-            ops = deduped;
-        }
-        let op_refs: Vec<OpRef<'_>> = ops
-            .iter()
-            .map(|&(k, v)| match v {
-                Some(v) => OpRef::Put(k, v),
-                None => OpRef::Delete(k),
-            })
-            .collect();
-
-        let fail_all = |replies: &mut Vec<Option<Result<Reply>>>, e: &Error| {
-            for r in replies.iter_mut() {
-                if matches!(r, None | Some(Ok(_))) {
-                    *r = Some(Err(e.duplicate()));
-                }
-            }
-        };
-        if op_refs.is_empty() && checkpoints.is_empty() {
-            return replies
-                .into_iter()
-                .map(|r| r.expect("every write decided"))
-                .collect();
-        }
-        // Into the write buffer, or straight into the tree: groups whose
-        // keys crowd into few leaves (a load in key order, an ordered
-        // rewrite of a range) and large groups gain nothing from the buffer
-        // (each leaf they touch gets many keys anyway), so they go to the
-        // tree while the buffer is empty. A buffer holding less than such a
-        // group is merged into the tree first: else one small group ahead
-        // of an ordered load (a server's first short read) would send every
-        // group after it through the buffer and its merge, twice the work.
-        let crowded = |base: &Version| op_refs.len() >= DIRECT_APPLY_OPS || self.dense(base, &ops);
-        let mut buffered = !op_refs.is_empty() && (!base.buffer.is_empty() || !crowded(&base));
-        if buffered
-            && op_refs.len() >= FLUSH_BEFORE_DIRECT_MIN_OPS
-            && !base.buffer.is_empty()
-            && base.buffer.bytes() <= WriteBuffer::group_cost(&ops)
-            && crowded(&base)
-        {
-            // On failure the group is buffered, as before.
-            match self.merge_buffer(&base, false) {
-                Ok(merged) => {
-                    base = merged;
-                    buffered = false;
-                }
-                Err(e) => {
-                    *self.last_error.lock() = Some(format!("merging the write buffer: {e}"));
-                }
-            }
-        }
-        let applied = if op_refs.is_empty() || buffered {
-            None
-        } else {
-            match apply(&self.pager, &self.tree_cfg, base.root.as_ref(), &op_refs) {
-                Ok(a) => Some(a),
-                Err(e) => {
-                    let e = Error::from(e);
-                    fail_all(&mut replies, &e);
-                    self.counters.failed_commits.fetch_add(1, Ordering::Relaxed);
-                    return replies.into_iter().map(|r| r.expect("filled")).collect();
-                }
-            }
-        };
-        let committing = applied.is_some() || buffered;
-        let seq = w.seq + u64::from(committing);
-        let sync = self.opts.durability == Durability::Fsync || !checkpoints.is_empty();
-        let appended_before = w.log.appended;
-        let result = w.log.append_group(
-            committing.then_some(seq),
-            checkpoints
-                .iter()
-                .map(|c| (c.0.seq, c.3))
-                .max_by_key(|c| c.0),
-            &mut |emit, synced| {
-                if committing {
-                    emit(RecordType::Commit, &mut |out| {
-                        CommitRecord::encode(out, synced, seq, op_refs.iter().copied())
-                    });
-                }
-                for (c, ..) in &checkpoints {
-                    // The last commit in the log precedes the record: this
-                    // group's, if it has one.
-                    let record = CheckpointRecord { log_seq: seq, ..*c };
-                    emit(RecordType::Checkpoint, &mut |out| {
-                        record.encode(out, synced)
-                    });
-                }
-            },
-            sync,
-        );
-        if let Err(e) = result {
-            let e = Error::from(e);
-            *self.last_error.lock() = Some(e.to_string());
-            fail_all(&mut replies, &e);
-            self.counters.failed_commits.fetch_add(1, Ordering::Relaxed);
-            return replies.into_iter().map(|r| r.expect("filled")).collect();
-        }
-        let visible_log_bytes = base.visible_log_bytes + (w.log.appended - appended_before);
-        if committing {
-            w.seq = seq;
-            self.counters
-                .last_commit_ms
-                .store(self.now_ms(), Ordering::Relaxed);
-        }
-        let mut next = match applied {
-            Some(a) => {
-                debug_assert!(base.buffer.is_empty());
-                let pairs = (base.pairs as i64 + a.pairs_delta) as u64;
-                Version {
-                    epoch: base.epoch.clone(),
-                    // A new buffer for the new tree: what a buffer learns
-                    // about the tree under it must stay true while it lives.
-                    ..Version::of_tree(a.root, seq, pairs, visible_log_bytes)
-                }
-            }
-            None => {
-                let mut next = Version {
-                    visible_seq: seq.max(base.visible_seq),
-                    visible_log_bytes,
-                    ..(*base).clone()
-                };
-                if buffered {
-                    next.buffer = Arc::new(base.buffer.with_group(&ops, &self.run_spares));
-                }
-                if next.buffer.is_empty() {
-                    next.log_bytes = visible_log_bytes;
-                }
-                next
-            }
-        };
-        let mut old_epoch = None;
-        for (_, generation, moved, _) in &checkpoints {
-            // The checkpoint is durable: what it wrote may now leave memory,
-            // and what the cleaner copied is read from its copy.
-            self.pager.set_durable_generation(*generation);
-            if let Some(root) = next
-                .root
-                .as_ref()
-                .and_then(|r| release_written(&self.pager, r, moved))
-            {
-                next.root = Some(root);
-            }
-            // Versions from here on reference nothing the checkpoint left
-            // behind; the ones before may, until they are dropped.
-            old_epoch = Some(Arc::downgrade(&next.epoch));
-            next.epoch = Arc::new(Epoch);
-        }
-        let next = Arc::new(next);
-        let old = self.published.swap(next.clone());
-        drop(base);
-        for (r, t) in replies.iter_mut().zip(group) {
-            if let Request::Checkpoint { record, .. } = &t.request {
-                *r = Some(Ok(Reply::Checkpoint {
-                    obsolete: w.log.release_through(record.replay_from),
-                    old_epoch: old_epoch.clone().expect("a checkpoint in the group"),
-                }));
-            }
-        }
-        let log_file_bytes = w.log.bytes();
-        drop(guard);
-        // Outside the writer lock: the next group's leader need not wait
-        // for it.
-        self.reclaimer.superseded(old, &next);
-        drop(next);
-        self.counters.group_commits.fetch_add(1, Ordering::Relaxed);
-        self.counters
-            .batches
-            .fetch_add(group.len() as u64, Ordering::Relaxed);
-        // A checkpoint writes the tree: the commits still in the write
-        // buffer are not yet its to retire.
-        let log_bytes = self.published.load().log_bytes;
-        let redo =
-            log_bytes.saturating_sub(self.counters.checkpointed_log_bytes.load(Ordering::Relaxed));
-        let replayable =
-            log_bytes.saturating_sub(self.counters.replayable_log_from.load(Ordering::Relaxed));
-        let buffer_full = self.write_buffer_full();
-        // Page writes are paced for commit latency only while few changes
-        // wait for a checkpoint (a quarter of the write buffer): past that,
-        // memory waits on them. (Paced throughout, a 10M-pair load gathered
-        // over 1 GiB of unwritten changes, and random updates held 100 MiB
-        // more at their peak; docs/benchmarks.md, "Memory".)
-        self.storage
-            .set_bulk_urgent(self.pager.dirty_bytes() >= self.opts.write_buffer_bytes / 4);
-        if replayable >= self.opts.checkpoint_bytes
-            || buffer_full
-            || (redo >= EARLY_CHECKPOINT_MIN_BYTES && self.log_over_target(log_file_bytes))
-        {
-            self.background.wake();
-        }
-        replies.into_iter().map(|r| r.expect("filled")).collect()
-    }
-
     /// Reads `key` as of version `v`: the write buffer, then the tree.
     pub(crate) fn read(&self, v: &Version, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
         match v.buffer.get_into(key, out) {
@@ -926,80 +619,6 @@ impl Inner {
         let old = self.published.swap(next.clone());
         self.reclaimer.dispose(old);
         Ok(next)
-    }
-
-    /// Whether the keys of `ops` (sorted, unique) crowd into the leaves of
-    /// `v`'s tree: sampled at up to `DENSITY_SAMPLES` evenly spaced keys,
-    /// the leaf each falls in holds `DENSE_KEYS_PER_LEAF` of them or more
-    /// on average. `false` when a page read fails (the buffer needs none).
-    fn dense(&self, v: &Version, ops: &[(&[u8], Option<&[u8]>)]) -> bool {
-        let Some(root) = &v.root else {
-            return true;
-        };
-        // Fewer keys than the bar cannot reach it (single puts, mostly).
-        if ops.len() < DENSE_KEYS_PER_LEAF {
-            return false;
-        }
-        let keys: Vec<&[u8]> = ops.iter().map(|op| op.0).collect();
-        let samples = keys.len().min(DENSITY_SAMPLES);
-        let mut total = 0;
-        for s in 0..samples {
-            match keys_in_leaf_of(&self.pager, root, &keys, s * keys.len() / samples) {
-                Ok(n) => total += n,
-                Err(_) => return false,
-            }
-        }
-        total >= DENSE_KEYS_PER_LEAF * samples
-    }
-
-    /// Decides a batch with conditions against the tree plus the effects of
-    /// earlier batches of the group (`overlay`); appends its effects to `ops`
-    /// if every condition holds.
-    fn decide<'a>(
-        &self,
-        batch: &'a WriteBatch,
-        base: &Version,
-        overlay: &mut HashMap<&'a [u8], Option<&'a [u8]>>,
-        ops: &mut Vec<(&'a [u8], Option<&'a [u8]>)>,
-    ) -> Result<WriteOutcome> {
-        let mut local: HashMap<&'a [u8], Option<&'a [u8]>> = HashMap::new();
-        let mut effects = Vec::with_capacity(batch.ops.len());
-        let mut buf = Vec::new();
-        for (i, op) in batch.ops.iter().enumerate() {
-            let key = op.key();
-            // The value this op sees: this batch's, then the group's, then the tree's.
-            let current: Option<&[u8]> = match local.get(key).or_else(|| overlay.get(key)) {
-                Some(v) => *v,
-                None => {
-                    let found = self.read(base, key, &mut buf)?;
-                    found.then_some(buf.as_slice())
-                }
-            };
-            let effect: Option<Option<&'a [u8]>> = match op {
-                BatchOp::Put { value, .. } => Some(Some(value)),
-                BatchOp::Delete { .. } => Some(None),
-                BatchOp::InsertIfAbsent { value, .. } => current.is_none().then_some(Some(value)),
-                BatchOp::UpdateIfPresent { value, .. } => current.is_some().then_some(Some(value)),
-                BatchOp::CompareAndSwap {
-                    expected, value, ..
-                } => (current == Some(expected.as_slice())).then_some(Some(value)),
-                BatchOp::CompareAndDelete { expected, .. } => {
-                    (current == Some(expected.as_slice())).then_some(None)
-                }
-            };
-            match effect {
-                Some(e) => {
-                    local.insert(key, e);
-                    effects.push((key, e));
-                }
-                None => return Ok(WriteOutcome::ConditionFailed { op: i }),
-            }
-        }
-        for (k, v) in effects {
-            overlay.insert(k, v);
-            ops.push((k, v));
-        }
-        Ok(WriteOutcome::Applied)
     }
 
     /// Stops the background work (after a final checkpoint) and refuses

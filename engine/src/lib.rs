@@ -19,6 +19,7 @@ mod batch;
 mod check;
 mod checkpointer;
 mod cleaner;
+mod commit;
 mod commit_log;
 mod db;
 mod error;
