@@ -19,7 +19,7 @@ use crate::db::Inner;
 use crate::error::{Error, Result};
 use crate::page_log::PageLog;
 use crate::pipeline::{Reply, Request};
-use crate::version::Epoch;
+use crate::version::{Epoch, Version};
 use kivi_log::CheckpointRecord;
 use kivi_storage::SegmentId;
 use kivi_tree::{root_children, write_tree, DiskRef, TreeWrite, WriteStats};
@@ -508,37 +508,83 @@ impl Inner {
 
     /// Takes a checkpoint of the current version. `Ok(false)` when there was
     /// nothing to do: nothing new to write and nothing to clean.
+    ///
+    /// The phases, in order: take the version (`version_to_checkpoint`),
+    /// plan what to clean (`plan_cleaning`) and what to write
+    /// (`plan_writing`), write and sync the pages, then commit the record
+    /// through the pipeline (`write_and_commit`), and once it is durable
+    /// retire what it made obsolete (`checkpoint_durable`).
     pub(crate) fn run_checkpoint(&self, kind: CheckpointKind) -> Result<bool> {
         let space = self.space_now();
         let mut guard = self.checkpointer.lock();
         let Some(c) = guard.as_mut() else {
             return Err(Error::ReadOnly);
         };
-        // The version to write, taken while no commit is in progress, and
-        // the commit log told to start a new segment after it: once this
-        // checkpoint is durable, every older commit segment can go.
-        let v = {
-            let mut writer = self.writer.lock();
-            if let Some(w) = writer.as_mut() {
-                w.log.roll_before_next();
-            }
-            let v = self.published.load_full();
-            // A checkpoint asked for (or an idle one) covers every commit:
-            // the write buffer goes into the tree first. Slices, taken while
-            // writes go on, leave it to fill.
-            match kind {
-                CheckpointKind::Slice => v,
-                CheckpointKind::Regular | CheckpointKind::Compact => {
-                    self.merge_buffer(&v, false)?
-                }
-            }
-        };
+        let v = self.version_to_checkpoint(kind)?;
         let covered = c
             .last_seq
             .unwrap_or(self.counters.checkpointed_seq.load(Ordering::Relaxed));
         let nothing_new = v.seq == covered
             && v.log_bytes == self.counters.checkpointed_log_bytes.load(Ordering::Relaxed);
-        let floor = match kind {
+        let floor = self.plan_cleaning(c, kind, space, nothing_new)?;
+        if kind != CheckpointKind::Compact && nothing_new && floor <= c.durable_oldest {
+            return Ok(false);
+        }
+        c.pages.set_tree_bytes(space.tree);
+        let writing = c.plan_writing(&self.pager, &v, kind, space.tree, floor)?;
+        c.generation += 1;
+        let generation = c.generation;
+        let mut stats = WriteStats::default();
+        let done = match self.write_and_commit(c, &v, kind, generation, &writing, &mut stats) {
+            Ok(done) => done,
+            Err(e) => {
+                // Marks it left on nodes later checkpoints keep must never
+                // be taken for durable places.
+                self.pager.set_failed_generation(generation);
+                c.pages.checkpoint_failed();
+                self.counters
+                    .failed_checkpoints
+                    .fetch_add(1, Ordering::Relaxed);
+                *self.last_error.lock() = Some(format!("checkpoint failed: {e}"));
+                return Err(e);
+            }
+        };
+        self.checkpoint_durable(c, &v, kind, generation, writing.floor, done, &stats);
+        drop(v);
+        drop(guard);
+        self.delete_retired();
+        Ok(true)
+    }
+
+    /// The version a checkpoint writes, taken while no commit is in
+    /// progress, with the commit log told to start a new segment after it:
+    /// once this checkpoint is durable, every older commit segment can go.
+    fn version_to_checkpoint(&self, kind: CheckpointKind) -> Result<Arc<Version>> {
+        let mut writer = self.writer.lock();
+        if let Some(w) = writer.as_mut() {
+            w.log.roll_before_next();
+        }
+        let v = self.published.load_full();
+        // A checkpoint asked for (or an idle one) covers every commit:
+        // the write buffer goes into the tree first. Slices, taken while
+        // writes go on, leave it to fill.
+        match kind {
+            CheckpointKind::Slice => Ok(v),
+            CheckpointKind::Regular | CheckpointKind::Compact => self.merge_buffer(&v, false),
+        }
+    }
+
+    /// The cleaner's floor for this checkpoint (see `cleaner::plan`),
+    /// closing or starting the page segment being written when the plan
+    /// (or compaction) asks for it.
+    fn plan_cleaning(
+        &self,
+        c: &mut Checkpointer,
+        kind: CheckpointKind,
+        space: Space,
+        nothing_new: bool,
+    ) -> Result<u32> {
+        Ok(match kind {
             CheckpointKind::Regular | CheckpointKind::Slice => {
                 let plan = self.plan_floor(c, space, !nothing_new);
                 if plan.close_current {
@@ -555,141 +601,91 @@ impl Inner {
                     .map_or(c.floor, |id| id as u32)
                     .max(c.floor)
             }
-        };
-        if kind != CheckpointKind::Compact && nothing_new && floor <= c.durable_oldest {
-            return Ok(false);
-        }
-        c.pages.set_tree_bytes(space.tree);
-        let keep = match (&v.root, kind) {
-            (Some(r), CheckpointKind::Slice) => c.plan_slice(&self.pager, r, space.tree),
-            _ => Vec::new(),
-        };
-        let sliced = keep.iter().any(Option::is_some);
-        if sliced {
-            // The slice's pages start a segment of their own, which the
-            // next writes of the same slice free whole.
-            c.pages.finish_segment()?;
-        }
-        let first_segment = c.pages.end().segment;
-        // A slice cleans by rotation (see `slice_floor`).
-        let floor = match sliced {
-            true => {
-                let since: Vec<u32> = c
-                    .root_slices
-                    .iter()
-                    .flatten()
-                    .filter(|s| keep.contains(&Some(s.page)))
-                    .map(|s| s.since)
-                    .collect();
-                slice_floor(since, floor)
-            }
-            false => floor,
-        };
-        c.generation += 1;
-        let generation = c.generation;
-        let mut stats = WriteStats::default();
-        #[allow(clippy::type_complexity)]
-        let attempt = (|| -> Result<(
-            CheckpointRecord,
-            Vec<u64>,
-            Weak<Epoch>,
-            Option<Vec<RootSlice>>,
-        )> {
-            let written = match &v.root {
-                Some(r) => write_tree(
-                    &self.pager,
-                    r,
-                    generation,
-                    floor,
-                    &keep,
-                    &mut c.pages,
-                    &mut stats,
-                )?,
-                None => TreeWrite::default(),
-            };
-            c.pages.sync()?;
-            let root = written.root;
-            // The root's children kept from the previous root hold the
-            // commits up to theirs; the others, all of this version's.
-            let slices: Option<Vec<RootSlice>> = v.root.as_ref().and_then(|r| {
-                (!r.is_leaf()).then(|| {
-                    root_children(&self.pager, r)
-                        .into_iter()
-                        .zip(&written.root_children)
-                        .enumerate()
-                        .map(|(i, ((low, _), page))| {
-                            let kept = keep.get(i).copied().flatten() == Some(*page);
-                            let prev = c
-                                .root_slices
-                                .as_ref()
-                                .and_then(|p| p.iter().find(|s| s.page == *page));
-                            let (seq, since) = match (kept, prev) {
-                                (true, Some(p)) => (p.seq, p.since),
-                                // Not found: as old as the log allows.
-                                (true, None) => (c.replay_from, 0),
-                                (false, _) => (
-                                    v.seq,
-                                    // The first segment this checkpoint wrote.
-                                    c.pages
-                                        .segments()
-                                        .range(u64::from(first_segment)..)
-                                        .next()
-                                        .map_or(first_segment, |(&id, _)| id as u32),
-                                ),
-                            };
-                            RootSlice {
-                                low,
-                                page: *page,
-                                seq,
-                                since,
-                            }
-                        })
-                        .collect()
-                })
-            });
-            let replay_from = slices
-                .as_ref()
-                .and_then(|s| s.iter().map(|s| s.seq).min())
-                .unwrap_or(v.seq);
-            let rec = CheckpointRecord {
-                seq: v.seq,
-                replay_from,
-                // Set by the leader when it appends the record.
-                log_seq: v.seq,
-                root: root.map(|d| d.page),
-                root_level: v.root.as_ref().map_or(0, |r| r.level()),
-                page_end: c.pages.end(),
-                pairs: v.pairs,
-                tree_bytes: root.map_or(0, |d| d.subtree),
-                root_oldest: root.map_or(0, |d| d.oldest),
-            };
-            match self.submit(Request::Checkpoint {
-                record: rec,
+        })
+    }
+
+    /// Writes the tree's changed pages (those `writing` does not keep) and
+    /// syncs them, then commits the checkpoint record through the commit
+    /// pipeline and waits until it is durable.
+    fn write_and_commit(
+        &self,
+        c: &mut Checkpointer,
+        v: &Version,
+        kind: CheckpointKind,
+        generation: u64,
+        writing: &Writing,
+        stats: &mut WriteStats,
+    ) -> Result<Committed> {
+        let written = match &v.root {
+            Some(r) => write_tree(
+                &self.pager,
+                r,
                 generation,
-                moved: Box::new(written),
-                fresh_segment: kind == CheckpointKind::Compact,
-            })? {
-                Reply::Checkpoint {
-                    obsolete,
-                    old_epoch,
-                } => Ok((rec, obsolete, old_epoch, slices)),
-                Reply::Write(_) => unreachable!("checkpoint answered as a write"),
-            }
-        })();
-        let (rec, obsolete, old_epoch, slices) = match attempt {
-            Ok(x) => x,
-            Err(e) => {
-                // Marks it left on nodes later checkpoints keep must never
-                // be taken for durable places.
-                self.pager.set_failed_generation(generation);
-                c.pages.checkpoint_failed();
-                self.counters
-                    .failed_checkpoints
-                    .fetch_add(1, Ordering::Relaxed);
-                *self.last_error.lock() = Some(format!("checkpoint failed: {e}"));
-                return Err(e);
-            }
+                writing.floor,
+                &writing.keep,
+                &mut c.pages,
+                stats,
+            )?,
+            None => TreeWrite::default(),
         };
+        c.pages.sync()?;
+        let root = written.root;
+        let slices = c.root_slices_after(&self.pager, v, writing, &written);
+        let replay_from = slices
+            .as_ref()
+            .and_then(|s| s.iter().map(|s| s.seq).min())
+            .unwrap_or(v.seq);
+        let rec = CheckpointRecord {
+            seq: v.seq,
+            replay_from,
+            // Set by the leader when it appends the record.
+            log_seq: v.seq,
+            root: root.map(|d| d.page),
+            root_level: v.root.as_ref().map_or(0, |r| r.level()),
+            page_end: c.pages.end(),
+            pairs: v.pairs,
+            tree_bytes: root.map_or(0, |d| d.subtree),
+            root_oldest: root.map_or(0, |d| d.oldest),
+        };
+        match self.submit(Request::Checkpoint {
+            record: rec,
+            generation,
+            moved: Box::new(written),
+            fresh_segment: kind == CheckpointKind::Compact,
+        })? {
+            Reply::Checkpoint {
+                obsolete,
+                old_epoch,
+            } => Ok(Committed {
+                rec,
+                obsolete,
+                old_epoch,
+                slices,
+            }),
+            Reply::Write(_) => unreachable!("checkpoint answered as a write"),
+        }
+    }
+
+    /// After the checkpoint's record is durable: its pages are the durable
+    /// ones, the commit segments before its `replay_from` are deleted, the
+    /// page segments it no longer references retire, and it is counted.
+    #[allow(clippy::too_many_arguments)]
+    fn checkpoint_durable(
+        &self,
+        c: &mut Checkpointer,
+        v: &Version,
+        kind: CheckpointKind,
+        generation: u64,
+        floor: u32,
+        done: Committed,
+        stats: &WriteStats,
+    ) {
+        let Committed {
+            rec,
+            obsolete,
+            old_epoch,
+            slices,
+        } = done;
         self.pager.set_durable_generation(generation);
         c.pages.checkpoint_durable();
         c.last_seq = Some(rec.seq);
@@ -707,37 +703,8 @@ impl Inner {
         self.counters
             .replayable_log_from
             .store(replayable_from, Ordering::Relaxed);
-        // Oldest first, stopping at a failure: deleting a newer segment while
-        // an older one stays would leave a gap in the log's chain.
-        c.undeleted.extend(obsolete);
-        while let Some(&id) = c.undeleted.first() {
-            if let Err(e) = self.storage.delete_segment(id) {
-                *self.last_error.lock() = Some(format!("deleting an obsolete commit segment: {e}"));
-                break;
-            }
-            c.undeleted.remove(0);
-        }
-        // Page segments the durable tree no longer uses retire; the versions
-        // of the epoch before this checkpoint may still read them.
-        debug_assert!(
-            rec.root.is_none()
-                || rec.replay_from < rec.seq
-                || rec.root_oldest >= floor.min(rec.page_end.segment)
-        );
-        c.floor = c.floor.max(floor);
-        c.durable_oldest = unreferenced_below(&rec);
-        let retire: Vec<SegmentId> = c
-            .pages
-            .segments()
-            .range(..u64::from(c.durable_oldest))
-            .map(|(&id, _)| id)
-            .filter(|id| !c.retiring.iter().any(|(_, r)| r == id))
-            .collect();
-        c.old_epochs.retain(|e| e.strong_count() > 0);
-        c.old_epochs.push(old_epoch);
-        let epochs = c.old_epochs.clone();
-        c.retiring
-            .extend(retire.into_iter().map(|id| (epochs.clone(), id)));
+        self.delete_obsolete_commit_segments(c, obsolete);
+        c.retire_page_segments(&rec, floor, old_epoch);
         if kind != CheckpointKind::Compact {
             c.last_written = Some(stats.bytes - stats.relocated_bytes);
         }
@@ -759,10 +726,159 @@ impl Inner {
             .checkpointed_tree_bytes
             .store(rec.tree_bytes, Ordering::Relaxed);
         counters.checkpointed_seq.store(rec.seq, Ordering::Relaxed);
-        drop(v);
-        drop(guard);
-        self.delete_retired();
-        Ok(true)
+    }
+
+    /// Deletes the commit segments a durable checkpoint made obsolete (and
+    /// any whose deletion failed before), oldest first, stopping at a
+    /// failure: deleting a newer segment while an older one stays would
+    /// leave a gap in the log's chain.
+    fn delete_obsolete_commit_segments(&self, c: &mut Checkpointer, obsolete: Vec<SegmentId>) {
+        c.undeleted.extend(obsolete);
+        while let Some(&id) = c.undeleted.first() {
+            if let Err(e) = self.storage.delete_segment(id) {
+                *self.last_error.lock() = Some(format!("deleting an obsolete commit segment: {e}"));
+                break;
+            }
+            c.undeleted.remove(0);
+        }
+    }
+}
+
+/// What a checkpoint writes (see `Checkpointer::plan_writing`).
+struct Writing {
+    /// Per root child, the previous page a slice keeps (`None`: written);
+    /// empty when everything changed is written.
+    keep: Vec<Option<DiskRef>>,
+    /// Records before this page segment are copied (cleaned).
+    floor: u32,
+    /// The page segment the checkpoint's writes start in.
+    first_segment: u32,
+}
+
+/// A checkpoint whose record is durable, and what its commit answered.
+struct Committed {
+    rec: CheckpointRecord,
+    obsolete: Vec<SegmentId>,
+    old_epoch: Weak<Epoch>,
+    slices: Option<Vec<RootSlice>>,
+}
+
+impl Checkpointer {
+    /// What the checkpoint of `v` writes: for a slice, the root children
+    /// it keeps and its cleaning line (see `slice_floor`); otherwise
+    /// everything changed, cleaning up to `floor`.
+    fn plan_writing(
+        &mut self,
+        pager: &kivi_tree::Pager,
+        v: &Version,
+        kind: CheckpointKind,
+        tree_bytes: u64,
+        floor: u32,
+    ) -> Result<Writing> {
+        let keep = match (&v.root, kind) {
+            (Some(r), CheckpointKind::Slice) => self.plan_slice(pager, r, tree_bytes),
+            _ => Vec::new(),
+        };
+        let sliced = keep.iter().any(Option::is_some);
+        if sliced {
+            // The slice's pages start a segment of their own, which the
+            // next writes of the same slice free whole.
+            self.pages.finish_segment()?;
+        }
+        let first_segment = self.pages.end().segment;
+        let floor = match sliced {
+            true => {
+                let since: Vec<u32> = self
+                    .root_slices
+                    .iter()
+                    .flatten()
+                    .filter(|s| keep.contains(&Some(s.page)))
+                    .map(|s| s.since)
+                    .collect();
+                slice_floor(since, floor)
+            }
+            false => floor,
+        };
+        Ok(Writing {
+            keep,
+            floor,
+            first_segment,
+        })
+    }
+
+    /// The durable root's children after writing `v` (see `root_slices`):
+    /// those kept from the previous root hold the commits up to theirs;
+    /// the others, all of `v`'s.
+    fn root_slices_after(
+        &self,
+        pager: &kivi_tree::Pager,
+        v: &Version,
+        writing: &Writing,
+        written: &TreeWrite,
+    ) -> Option<Vec<RootSlice>> {
+        let first_segment = writing.first_segment;
+        let r = v.root.as_ref()?;
+        if r.is_leaf() {
+            return None;
+        }
+        let slices = root_children(pager, r)
+            .into_iter()
+            .zip(&written.root_children)
+            .enumerate()
+            .map(|(i, ((low, _), page))| {
+                let kept = writing.keep.get(i).copied().flatten() == Some(*page);
+                let prev = self
+                    .root_slices
+                    .as_ref()
+                    .and_then(|p| p.iter().find(|s| s.page == *page));
+                let (seq, since) = match (kept, prev) {
+                    (true, Some(p)) => (p.seq, p.since),
+                    // Not found: as old as the log allows.
+                    (true, None) => (self.replay_from, 0),
+                    (false, _) => (
+                        v.seq,
+                        // The first segment this checkpoint wrote.
+                        self.pages
+                            .segments()
+                            .range(u64::from(first_segment)..)
+                            .next()
+                            .map_or(first_segment, |(&id, _)| id as u32),
+                    ),
+                };
+                RootSlice {
+                    low,
+                    page: *page,
+                    seq,
+                    since,
+                }
+            })
+            .collect();
+        Some(slices)
+    }
+
+    /// Page segments the durable tree (of `rec`) no longer uses retire; the
+    /// versions of the epoch before this checkpoint (`old_epoch`) and older
+    /// may still read them.
+    fn retire_page_segments(&mut self, rec: &CheckpointRecord, floor: u32, old_epoch: Weak<Epoch>) {
+        debug_assert!(
+            rec.root.is_none()
+                || rec.replay_from < rec.seq
+                || rec.root_oldest >= floor.min(rec.page_end.segment)
+        );
+        self.floor = self.floor.max(floor);
+        self.durable_oldest = unreferenced_below(rec);
+        let retire: Vec<SegmentId> = self
+            .pages
+            .segments()
+            .range(..u64::from(self.durable_oldest))
+            .map(|(&id, _)| id)
+            .filter(|id| !self.retiring.iter().any(|(_, r)| r == id))
+            .collect();
+        self.old_epochs.retain(|e| e.strong_count() > 0);
+        self.old_epochs.push(old_epoch);
+        let epochs = self.old_epochs.clone();
+        self.retiring
+            .extend(retire.into_iter().map(|id| (epochs.clone(), id)));
     }
 }
 
