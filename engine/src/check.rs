@@ -63,11 +63,11 @@ impl Db {
     /// the newest checkpoint (from storage, not the cache), and checks every
     /// invariant. Keeps going after a problem to report them all.
     pub fn check(&self) -> Result<CheckReport> {
-        let inner = self.inner();
+        let inner = self.store();
         // Hold the checkpointer so the page log does not move underneath.
-        let _ckpt = inner.checkpointer.lock();
+        let _ckpt = self.checkpointer().pause();
         let mut report = CheckReport::default();
-        let storage = &inner.storage;
+        let storage = inner.storage();
         let mut headers: BTreeMap<SegmentId, (SegmentHeader, u64)> = BTreeMap::new();
         for id in storage.list_segments()? {
             report.segments += 1;
@@ -75,7 +75,7 @@ impl Db {
             let reader = storage.open_segment(id)?;
             let len = reader.size()?;
             match read_header(reader.as_ref(), id, &name, len, true) {
-                Ok(Some(h)) if h.store_id == inner.store_id => {
+                Ok(Some(h)) if h.store_id == inner.store_id() => {
                     headers.insert(id, (h, len));
                 }
                 Ok(Some(_)) => report
@@ -188,9 +188,9 @@ impl Db {
                     subtree: c.tree_bytes,
                     oldest: c.root_oldest,
                 };
-                match inner.pager.load_uncached(at, c.root_level) {
+                match inner.pager().load_uncached(at, c.root_level) {
                     Ok(root) => {
-                        let t = check_tree(&inner.pager, &root);
+                        let t = check_tree(inner.pager(), &root);
                         report.pages += t.pages;
                         report.blobs += t.blobs;
                         report.pairs = t.pairs;
@@ -213,10 +213,10 @@ impl Db {
         // A sliced checkpoint's tree is not the version of its `seq` (some
         // slices are older), so its count is never the store's: the current
         // version is checked and counted even when no commit came since.
-        let v = inner.published.load_full();
+        let v = inner.current_full();
         if newest.is_none_or(|c| c.seq != v.seq || c.replay_from != c.seq) {
             if let Some(root) = &v.root {
-                let t = check_tree(&inner.pager, root);
+                let t = check_tree(inner.pager(), root);
                 report.problems.extend(
                     t.problems
                         .into_iter()

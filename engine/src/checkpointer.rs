@@ -1,58 +1,43 @@
-//! Checkpoints, and the background thread that takes them.
+//! Checkpoints: the checkpointer's state and the taking of one.
 //!
 //! A checkpoint writes the tree nodes that changed since the last one to the
 //! page log, syncs them, then commits a checkpoint record naming the new root
 //! through the ordinary commit pipeline. Once that record is durable, the
 //! commit segments holding only older commits are deleted and the written
 //! nodes are handed to the page cache. It runs beside writers (it works on a
-//! published, immutable version) and never blocks readers.
-//!
-//! The background thread takes one when the commit log has grown by
-//! `Options::checkpoint_bytes` since the last, when the store has been idle a
-//! second with a sixteenth of that pending, and once more at close when the
-//! backlog is worth it (1 MiB, or 8 commit segments to retire).
+//! published, immutable version) and never blocks readers. When to take one
+//! is the background thread's call (`background`); what to clean, the
+//! cleaner's (`cleaner::plan`).
 
+use crate::backpressure::Backpressure;
 use crate::cleaner::plan::{
     choose_slice, plan_floor, slice_floor, Plan, PlanInput, SliceCandidate,
 };
-use crate::db::Inner;
+use crate::commit::CommitPath;
 use crate::error::{Error, Result};
 use crate::page_log::PageLog;
 use crate::pipeline::{Reply, Request};
+use crate::store::Store;
 use crate::version::{Epoch, Version};
 use kivi_log::CheckpointRecord;
 use kivi_storage::SegmentId;
-use kivi_tree::{root_children, write_tree, DiskRef, TreeWrite, WriteStats};
-use parking_lot::{Condvar, Mutex};
+use kivi_tree::{root_children, write_tree, DiskRef, Pager, TreeWrite, WriteStats};
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
 
-/// How often the background thread looks at the store when nothing wakes it.
-const TICK: Duration = Duration::from_millis(200);
-/// Quiet time after which a smaller backlog is checkpointed.
-const IDLE_MS: u64 = 1000;
-/// Milliseconds without commits after which the write buffer is merged
-/// into the tree.
-const BUFFER_IDLE_MS: u64 = 20;
-/// A store closing with at least this much commit log since the last
-/// checkpoint takes one more checkpoint.
-const FINAL_CHECKPOINT_MIN_BYTES: u64 = 1 << 20;
-/// ... or with at least this many commit segments to retire.
-const FINAL_CHECKPOINT_MIN_SEGMENTS: usize = 8;
-/// Pause after a failed checkpoint before trying again.
-const RETRY_PAUSE: Duration = Duration::from_secs(1);
-/// Writers wait while unwritten changes pass this many write buffers: one
-/// being written by a checkpoint, one gathering beside it.
-const WRITE_STALL_FACTOR: u64 = 2;
-/// The longest one write waits for the write buffer to drain.
-const MAX_WRITE_STALL: Duration = Duration::from_secs(1);
-/// How often a waiting writer looks again without a signal.
-const WRITE_STALL_STEP: Duration = Duration::from_millis(10);
-
+/// The checkpointer: takes checkpoints, one at a time, and owns what they
+/// leave behind (the page log, the segments retiring).
 pub(crate) struct Checkpointer {
+    /// `None` when read-only. Held for a whole checkpoint.
+    state: Mutex<Option<State>>,
+    /// The page segment being written and its length (see `PageLog`).
+    page_appending: Arc<Mutex<Option<(SegmentId, u64)>>>,
+}
+
+/// What the checkpointer keeps between checkpoints.
+struct State {
     pages: PageLog,
     /// Obsolete commit segments whose deletion failed, oldest first; retried
     /// before newer ones, so that what remains is always the log's oldest.
@@ -88,7 +73,7 @@ pub(crate) struct Checkpointer {
     log_at: Vec<(u64, u64)>,
 }
 
-/// A child of the durable root (see `Checkpointer::root_slices`).
+/// A child of the durable root (see `State::root_slices`).
 #[derive(Debug, Clone)]
 struct RootSlice {
     /// The separator its key range starts at (`None` for the first); the
@@ -101,9 +86,9 @@ struct RootSlice {
     since: u32,
 }
 
-impl Checkpointer {
-    pub fn new(pages: PageLog, durable_oldest: u32, replay_from: u64) -> Self {
-        Checkpointer {
+impl State {
+    fn new(pages: PageLog, durable_oldest: u32, replay_from: u64) -> Self {
+        State {
             pages,
             undeleted: Vec::new(),
             generation: 0,
@@ -126,7 +111,7 @@ impl Checkpointer {
     /// (write everything) without a previous root to take pages from.
     fn plan_slice(
         &self,
-        pager: &kivi_tree::Pager,
+        pager: &Pager,
         root: &kivi_tree::Node,
         tree_bytes: u64,
     ) -> Vec<Option<DiskRef>> {
@@ -177,19 +162,13 @@ impl Checkpointer {
     }
 }
 
-/// The commit log is retired early (a checkpoint before `checkpoint_bytes`)
-/// once it takes a quarter of the room the space target leaves beside the
-/// tree (sliced checkpoints keep the commits since their oldest slice), but
-/// never for less than this.
-pub(crate) const EARLY_CHECKPOINT_MIN_BYTES: u64 = 256 << 10;
-
 /// Space figures the cleaner plans with.
 #[derive(Debug, Clone, Copy)]
-struct Space {
+pub(crate) struct Space {
     /// The durable tree.
-    tree: u64,
+    pub tree: u64,
     /// The commit log's files.
-    log: u64,
+    pub log: u64,
 }
 
 /// What a checkpoint is for.
@@ -208,276 +187,62 @@ pub(crate) enum CheckpointKind {
     Compact,
 }
 
-#[derive(Default)]
-struct BgState {
-    stop: bool,
-    wake: bool,
-}
-
-#[derive(Default)]
-pub(crate) struct Background {
-    state: Mutex<BgState>,
-    cond: Condvar,
-    /// Signalled after each background checkpoint: writers held back by a
-    /// full write buffer (`Inner::wait_for_write_buffer`) look again.
-    written: Condvar,
-    thread: Mutex<Option<JoinHandle<Result<()>>>>,
-}
-
-impl Background {
-    pub fn start(inner: &Arc<Inner>) {
-        let me = inner.clone();
-        let handle = std::thread::Builder::new()
-            .name("kivi-checkpoint".into())
-            .spawn(move || run(&me))
-            .expect("spawn checkpoint thread");
-        *inner.background.thread.lock() = Some(handle);
-    }
-
-    pub fn wake(&self) {
-        let mut st = self.state.lock();
-        st.wake = true;
-        self.cond.notify_one();
-    }
-
-    /// Wakes the thread and waits until it finishes a checkpoint, or
-    /// `at_most` passes, or it is stopping.
-    pub fn wait_written(&self, at_most: Duration) {
-        let mut st = self.state.lock();
-        if st.stop {
-            return;
-        }
-        st.wake = true;
-        self.cond.notify_one();
-        self.written.wait_for(&mut st, at_most);
-    }
-
-    fn notify_written(&self) {
-        let _st = self.state.lock();
-        self.written.notify_all();
-    }
-
-    /// Stops the thread and returns the result of its final checkpoint.
-    pub fn stop(&self) -> Option<Result<()>> {
-        {
-            let mut st = self.state.lock();
-            st.stop = true;
-            self.cond.notify_one();
-        }
-        let handle = self.thread.lock().take()?;
-        Some(handle.join().unwrap_or(Err(Error::Closed)))
-    }
-}
-
-fn run(inner: &Inner) -> Result<()> {
-    loop {
-        {
-            let mut st = inner.background.state.lock();
-            if !st.stop && !st.wake {
-                // Soon after writes pause, the write buffer is merged so
-                // that reads no longer look through it.
-                let tick = match inner.published.load().buffer.is_empty() {
-                    true => TICK,
-                    false => Duration::from_millis(BUFFER_IDLE_MS),
-                };
-                inner.background.cond.wait_for(&mut st, tick);
-            }
-            if st.stop {
-                break;
-            }
-            st.wake = false;
-        }
-        let v = inner.published.load();
-        let redo = v.log_bytes.saturating_sub(
-            inner
-                .counters
-                .checkpointed_log_bytes
-                .load(Ordering::Relaxed),
-        );
-        // What recovery would replay: a sliced checkpoint retires only the
-        // commits its oldest kept slice holds, so `checkpoint_bytes` bounds
-        // this (and so recovery time), not the log since the last one.
-        let replayable = v
-            .log_bytes
-            .saturating_sub(inner.counters.replayable_log_from.load(Ordering::Relaxed));
-        drop(v);
-        let quiet_ms = inner
-            .now_ms()
-            .saturating_sub(inner.counters.last_commit_ms.load(Ordering::Relaxed));
-        let idle = quiet_ms >= IDLE_MS;
-        if quiet_ms >= BUFFER_IDLE_MS {
-            inner.merge_idle_buffer();
-        }
-        let due = replayable >= inner.opts.checkpoint_bytes
-            || inner.write_buffer_full()
-            || (idle && redo >= inner.opts.checkpoint_bytes / 16)
-            || (idle && inner.cleaning_wanted())
-            || (redo >= EARLY_CHECKPOINT_MIN_BYTES && inner.log_over_target(inner.space_now().log));
-        // Checkpoints for the commit log's growth or for memory go a slice
-        // at a time (memory: each slice frees what it writes, and the next
-        // follows while the buffer is full); when idle, every change.
-        let kind = if idle {
-            CheckpointKind::Regular
-        } else {
-            CheckpointKind::Slice
-        };
-        if due {
-            let result = inner.run_checkpoint(kind);
-            inner.background.notify_written();
-            if result.is_err() {
-                let mut st = inner.background.state.lock();
-                if !st.stop {
-                    inner.background.cond.wait_for(&mut st, RETRY_PAUSE);
-                }
-            }
-        }
-        inner.delete_retired();
-    }
-    // A last checkpoint, so that the next open has little to replay. Not
-    // for a small backlog, though: each checkpoint starts a page segment, and
-    // a store opened for a single write (`kivi put`) would otherwise gain a
-    // file per run. Replaying a small backlog is quick.
-    let v = inner.published.load();
-    let checkpointed = inner
-        .counters
-        .checkpointed_log_bytes
+/// Live bytes as `stats` counts them (the durable tree plus the commit
+/// log since) and the bytes of the commit log.
+pub(crate) fn space_now(store: &Store, commit: &CommitPath) -> Space {
+    let tree = store
+        .counters()
+        .checkpointed_tree_bytes
         .load(Ordering::Relaxed);
-    let pending = v.visible_log_bytes.saturating_sub(checkpointed);
-    drop(v);
-    let segments = inner
-        .writer
-        .lock()
-        .as_ref()
-        .map_or(0, |w| w.log.segment_count());
-    if pending >= FINAL_CHECKPOINT_MIN_BYTES
-        || (pending > 0 && segments >= FINAL_CHECKPOINT_MIN_SEGMENTS)
-    {
-        inner.run_checkpoint(CheckpointKind::Regular)?;
-    }
-    inner.delete_retired();
-    Ok(())
+    let log = commit.log_bytes();
+    Space { tree, log }
 }
 
-impl Inner {
-    /// Live bytes as `stats` counts them (the durable tree plus the commit
-    /// log since) and the bytes of the commit log.
-    fn space_now(&self) -> Space {
-        let tree = self
-            .counters
-            .checkpointed_tree_bytes
-            .load(Ordering::Relaxed);
-        let log = self.writer.lock().as_ref().map_or(0, |w| w.log.bytes());
-        Space { tree, log }
-    }
-
-    fn plan_floor(&self, c: &Checkpointer, space: Space, new_pages: bool) -> Plan {
-        c.plan_floor(
-            space.tree,
-            space.log,
-            self.opts.space_amplification_max,
-            new_pages,
-        )
-    }
-
-    /// Merges the write buffer into the tree if no commit came for
-    /// `BUFFER_IDLE_MS`; a failure is left for the next commit to report.
-    fn merge_idle_buffer(&self) {
-        // Idle stores tick here too: no writer lock for an empty buffer.
-        if self.published.load().buffer.is_empty() {
-            return;
-        }
-        let _writer = self.writer.lock();
-        let v = self.published.load_full();
-        if v.buffer.is_empty() || !self.merge_has_room(&v) {
-            return;
-        }
-        if let Err(e) = self.merge_buffer(&v, true) {
-            *self.last_error.lock() = Some(format!("merging the write buffer: {e}"));
+impl Checkpointer {
+    /// `pages`: the page log, `None` when read-only; `durable_oldest` and
+    /// `replay_from`: of the newest durable checkpoint (see `State`).
+    pub fn new(pages: Option<PageLog>, durable_oldest: u32, replay_from: u64) -> Checkpointer {
+        let page_appending = pages.as_ref().map(PageLog::appending).unwrap_or_default();
+        Checkpointer {
+            state: Mutex::new(pages.map(|p| State::new(p, durable_oldest, replay_from))),
+            page_appending,
         }
     }
 
-    /// Memory held by changes no checkpoint has written yet: the tree's,
-    /// and the write buffer's (which a merge turns into the tree's).
-    fn unwritten_bytes(&self) -> u64 {
-        self.pager.dirty_bytes() + self.published.load().buffer.bytes()
+    /// The page segment being written and the bytes appended to it, without
+    /// waiting for a checkpoint in progress.
+    pub fn page_appending(&self) -> Option<(SegmentId, u64)> {
+        *self.page_appending.lock()
     }
 
-    /// Whether the changes not yet written by a checkpoint hold as much
-    /// memory as `write_buffer_bytes` allows.
-    pub(crate) fn write_buffer_full(&self) -> bool {
-        self.pager.dirty_bytes() >= self.opts.write_buffer_bytes
-    }
-
-    /// Holds a writer back while the changes not yet written by a
-    /// checkpoint pass `WRITE_STALL_FACTOR` times the write buffer, until
-    /// background checkpoints bring them under it or `MAX_WRITE_STALL`
-    /// passes. Without it, writers that outrun the checkpoints gathered
-    /// changes without bound: random updates on a 10M-pair store held 3.5x
-    /// a 64 MiB write buffer (docs/benchmarks.md, "Memory"). The wait is
-    /// bounded so that a checkpoint that keeps failing (a full disk) turns
-    /// into slow writes that report their own errors, not a hang.
-    pub(crate) fn wait_for_write_buffer(&self) {
-        let limit = self
-            .opts
-            .write_buffer_bytes
-            .saturating_mul(WRITE_STALL_FACTOR);
-        if self.unwritten_bytes() < limit {
-            return;
-        }
-        let start = Instant::now();
-        self.counters.write_stalls.fetch_add(1, Ordering::Relaxed);
-        while self.unwritten_bytes() >= limit && !self.closed.load(Ordering::Acquire) {
-            let left = MAX_WRITE_STALL.saturating_sub(start.elapsed());
-            if left.is_zero() {
-                break;
-            }
-            self.background.wait_written(left.min(WRITE_STALL_STEP));
-        }
-        self.counters
-            .write_stall_us
-            .fetch_add(start.elapsed().as_micros() as u64, Ordering::Relaxed);
-    }
-
-    /// Whether the commit log, `log_bytes` long, takes so much of the room
-    /// the space target leaves beside the tree that it should be retired now.
-    /// Never before there is a durable tree to measure it against: until
-    /// then the log is all the store holds (its amplification is 1), and
-    /// `checkpoint_bytes` alone decides. (An early checkpoint at 256 KiB of
-    /// a fresh store also raced explicit ones, which made tests that expect
-    /// only their own checkpoints flaky.)
-    pub(crate) fn log_over_target(&self, log_bytes: u64) -> bool {
-        let tree = self
-            .counters
-            .checkpointed_tree_bytes
-            .load(Ordering::Relaxed);
-        if tree == 0 {
-            return false;
-        }
-        let room = (tree as f64 * (self.opts.space_amplification_max - 1.0) / 4.0) as u64;
-        log_bytes > room.max(EARLY_CHECKPOINT_MIN_BYTES)
+    /// Holds off checkpoints (and so keeps the page log still) while the
+    /// returned guard lives.
+    pub fn pause(&self) -> impl Sized + '_ {
+        self.state.lock()
     }
 
     /// Whether the files are over the space target and a checkpoint could
     /// clean some of it away.
-    fn cleaning_wanted(&self) -> bool {
-        let space = self.space_now();
-        let guard = self.checkpointer.lock();
+    pub fn cleaning_wanted(&self, store: &Store, commit: &CommitPath) -> bool {
+        let space = space_now(store, commit);
+        let guard = self.state.lock();
         let Some(c) = guard.as_ref() else {
             return false;
         };
         // Only asked when idle: whatever the next checkpoint writes beyond
         // its copies is small.
-        self.plan_floor(c, space, false).floor > c.durable_oldest
+        c.plan_for(store, space, false).floor > c.durable_oldest
     }
 
     /// Deletes the page segments no checkpoint references once no version
     /// that could read them is left. Oldest first is not needed here: page
     /// segments are found by listing, not by a chain.
-    pub(crate) fn delete_retired(&self) {
-        let mut guard = self.checkpointer.lock();
+    pub fn delete_retired(&self, store: &Store) {
+        let mut guard = self.state.lock();
         let Some(c) = guard.as_mut() else {
             return;
         };
+        let counters = store.counters();
         let mut i = 0;
         while i < c.retiring.len() {
             let (epochs, id) = &c.retiring[i];
@@ -486,22 +251,20 @@ impl Inner {
                 continue;
             }
             let id = *id;
-            match self.storage.delete_segment(id) {
+            match store.storage().delete_segment(id) {
                 Ok(()) => {
-                    self.pager.close_segment(id as u32);
+                    store.pager().close_segment(id as u32);
                     c.pages.forget(id);
                     c.retiring.swap_remove(i);
-                    self.counters
-                        .cleaned_segments
-                        .fetch_add(1, Ordering::Relaxed);
+                    counters.cleaned_segments.fetch_add(1, Ordering::Relaxed);
                 }
                 Err(e) => {
-                    *self.last_error.lock() = Some(format!("deleting a cleaned page segment: {e}"));
+                    store.note_error(format!("deleting a cleaned page segment: {e}"));
                     i += 1;
                 }
             }
         }
-        self.counters
+        counters
             .retiring_segments
             .store(c.retiring.len() as u64, Ordering::Relaxed);
     }
@@ -509,242 +272,256 @@ impl Inner {
     /// Takes a checkpoint of the current version. `Ok(false)` when there was
     /// nothing to do: nothing new to write and nothing to clean.
     ///
-    /// The phases, in order: take the version (`version_to_checkpoint`),
-    /// plan what to clean (`plan_cleaning`) and what to write
-    /// (`plan_writing`), write and sync the pages, then commit the record
-    /// through the pipeline (`write_and_commit`), and once it is durable
-    /// retire what it made obsolete (`checkpoint_durable`).
-    pub(crate) fn run_checkpoint(&self, kind: CheckpointKind) -> Result<bool> {
-        let space = self.space_now();
-        let mut guard = self.checkpointer.lock();
+    /// The phases, in order: take the version
+    /// (`CommitPath::version_to_checkpoint`), plan what to clean
+    /// (`plan_cleaning`) and what to write (`plan_writing`), write and sync
+    /// the pages, then commit the record through the pipeline
+    /// (`write_and_commit`), and once it is durable retire what it made
+    /// obsolete (`checkpoint_durable`).
+    pub fn run(
+        &self,
+        store: &Store,
+        commit: &CommitPath,
+        bp: &Backpressure,
+        kind: CheckpointKind,
+    ) -> Result<bool> {
+        let space = space_now(store, commit);
+        let mut guard = self.state.lock();
         let Some(c) = guard.as_mut() else {
             return Err(Error::ReadOnly);
         };
-        let v = self.version_to_checkpoint(kind)?;
+        // A checkpoint asked for (or an idle one) covers every commit:
+        // the write buffer goes into the tree first. Slices, taken while
+        // writes go on, leave it to fill.
+        let v = commit.version_to_checkpoint(store, kind != CheckpointKind::Slice)?;
+        let counters = store.counters();
         let covered = c
             .last_seq
-            .unwrap_or(self.counters.checkpointed_seq.load(Ordering::Relaxed));
+            .unwrap_or(counters.checkpointed_seq.load(Ordering::Relaxed));
         let nothing_new = v.seq == covered
-            && v.log_bytes == self.counters.checkpointed_log_bytes.load(Ordering::Relaxed);
-        let floor = self.plan_cleaning(c, kind, space, nothing_new)?;
+            && v.log_bytes == counters.checkpointed_log_bytes.load(Ordering::Relaxed);
+        let floor = c.plan_cleaning(store, kind, space, nothing_new)?;
         if kind != CheckpointKind::Compact && nothing_new && floor <= c.durable_oldest {
             return Ok(false);
         }
         c.pages.set_tree_bytes(space.tree);
-        let writing = c.plan_writing(&self.pager, &v, kind, space.tree, floor)?;
+        let writing = c.plan_writing(store.pager(), &v, kind, space.tree, floor)?;
         c.generation += 1;
         let generation = c.generation;
         let mut stats = WriteStats::default();
-        let done = match self.write_and_commit(c, &v, kind, generation, &writing, &mut stats) {
+        let done = match write_and_commit(
+            store, commit, bp, c, &v, kind, generation, &writing, &mut stats,
+        ) {
             Ok(done) => done,
             Err(e) => {
                 // Marks it left on nodes later checkpoints keep must never
                 // be taken for durable places.
-                self.pager.set_failed_generation(generation);
+                store.pager().set_failed_generation(generation);
                 c.pages.checkpoint_failed();
-                self.counters
-                    .failed_checkpoints
-                    .fetch_add(1, Ordering::Relaxed);
-                *self.last_error.lock() = Some(format!("checkpoint failed: {e}"));
+                counters.failed_checkpoints.fetch_add(1, Ordering::Relaxed);
+                store.note_error(format!("checkpoint failed: {e}"));
                 return Err(e);
             }
         };
-        self.checkpoint_durable(c, &v, kind, generation, writing.floor, done, &stats);
+        checkpoint_durable(store, c, &v, kind, generation, writing.floor, done, &stats);
         drop(v);
         drop(guard);
-        self.delete_retired();
+        self.delete_retired(store);
         Ok(true)
     }
+}
 
-    /// The version a checkpoint writes, taken while no commit is in
-    /// progress, with the commit log told to start a new segment after it:
-    /// once this checkpoint is durable, every older commit segment can go.
-    fn version_to_checkpoint(&self, kind: CheckpointKind) -> Result<Arc<Version>> {
-        let mut writer = self.writer.lock();
-        if let Some(w) = writer.as_mut() {
-            w.log.roll_before_next();
-        }
-        let v = self.published.load_full();
-        // A checkpoint asked for (or an idle one) covers every commit:
-        // the write buffer goes into the tree first. Slices, taken while
-        // writes go on, leave it to fill.
-        match kind {
-            CheckpointKind::Slice => Ok(v),
-            CheckpointKind::Regular | CheckpointKind::Compact => self.merge_buffer(&v, false),
-        }
+impl State {
+    /// The cleaner's plan for the next checkpoint, given the store's
+    /// `space` (see `cleaner::plan::plan_floor`).
+    fn plan_for(&self, store: &Store, space: Space, new_pages: bool) -> Plan {
+        self.plan_floor(
+            space.tree,
+            space.log,
+            store.opts().space_amplification_max,
+            new_pages,
+        )
     }
 
     /// The cleaner's floor for this checkpoint (see `cleaner::plan`),
     /// closing or starting the page segment being written when the plan
     /// (or compaction) asks for it.
     fn plan_cleaning(
-        &self,
-        c: &mut Checkpointer,
+        &mut self,
+        store: &Store,
         kind: CheckpointKind,
         space: Space,
         nothing_new: bool,
     ) -> Result<u32> {
         Ok(match kind {
             CheckpointKind::Regular | CheckpointKind::Slice => {
-                let plan = self.plan_floor(c, space, !nothing_new);
+                let plan = self.plan_for(store, space, !nothing_new);
                 if plan.close_current {
-                    c.pages.finish_segment()?;
+                    self.pages.finish_segment()?;
                 }
                 plan.floor
             }
             CheckpointKind::Compact => {
                 // Everything written so far is to be copied into a segment
                 // of its own, so every older one can go.
-                c.pages.start_segment()?;
-                c.pages
+                self.pages.start_segment()?;
+                self.pages
                     .current_id()
-                    .map_or(c.floor, |id| id as u32)
-                    .max(c.floor)
+                    .map_or(self.floor, |id| id as u32)
+                    .max(self.floor)
             }
         })
-    }
-
-    /// Writes the tree's changed pages (those `writing` does not keep) and
-    /// syncs them, then commits the checkpoint record through the commit
-    /// pipeline and waits until it is durable.
-    fn write_and_commit(
-        &self,
-        c: &mut Checkpointer,
-        v: &Version,
-        kind: CheckpointKind,
-        generation: u64,
-        writing: &Writing,
-        stats: &mut WriteStats,
-    ) -> Result<Committed> {
-        let written = match &v.root {
-            Some(r) => write_tree(
-                &self.pager,
-                r,
-                generation,
-                writing.floor,
-                &writing.keep,
-                &mut c.pages,
-                stats,
-            )?,
-            None => TreeWrite::default(),
-        };
-        c.pages.sync()?;
-        let root = written.root;
-        let slices = c.root_slices_after(&self.pager, v, writing, &written);
-        let replay_from = slices
-            .as_ref()
-            .and_then(|s| s.iter().map(|s| s.seq).min())
-            .unwrap_or(v.seq);
-        let rec = CheckpointRecord {
-            seq: v.seq,
-            replay_from,
-            // Set by the leader when it appends the record.
-            log_seq: v.seq,
-            root: root.map(|d| d.page),
-            root_level: v.root.as_ref().map_or(0, |r| r.level()),
-            page_end: c.pages.end(),
-            pairs: v.pairs,
-            tree_bytes: root.map_or(0, |d| d.subtree),
-            root_oldest: root.map_or(0, |d| d.oldest),
-        };
-        match self.submit(Request::Checkpoint {
-            record: rec,
-            generation,
-            moved: Box::new(written),
-            fresh_segment: kind == CheckpointKind::Compact,
-        })? {
-            Reply::Checkpoint {
-                obsolete,
-                old_epoch,
-            } => Ok(Committed {
-                rec,
-                obsolete,
-                old_epoch,
-                slices,
-            }),
-            Reply::Write(_) => unreachable!("checkpoint answered as a write"),
-        }
-    }
-
-    /// After the checkpoint's record is durable: its pages are the durable
-    /// ones, the commit segments before its `replay_from` are deleted, the
-    /// page segments it no longer references retire, and it is counted.
-    #[allow(clippy::too_many_arguments)]
-    fn checkpoint_durable(
-        &self,
-        c: &mut Checkpointer,
-        v: &Version,
-        kind: CheckpointKind,
-        generation: u64,
-        floor: u32,
-        done: Committed,
-        stats: &WriteStats,
-    ) {
-        let Committed {
-            rec,
-            obsolete,
-            old_epoch,
-            slices,
-        } = done;
-        self.pager.set_durable_generation(generation);
-        c.pages.checkpoint_durable();
-        c.last_seq = Some(rec.seq);
-        c.root_slices = slices;
-        c.replay_from = rec.replay_from;
-        c.log_at.push((v.seq, v.log_bytes));
-        c.log_at.retain(|&(seq, _)| seq >= rec.replay_from);
-        // Before any checkpoint of this session the count starts at the
-        // open, whose replay started at the record's `replay_from`.
-        let replayable_from = c
-            .log_at
-            .iter()
-            .find(|&&(seq, _)| seq == rec.replay_from)
-            .map_or(0, |&(_, bytes)| bytes);
-        self.counters
-            .replayable_log_from
-            .store(replayable_from, Ordering::Relaxed);
-        self.delete_obsolete_commit_segments(c, obsolete);
-        c.retire_page_segments(&rec, floor, old_epoch);
-        if kind != CheckpointKind::Compact {
-            c.last_written = Some(stats.bytes - stats.relocated_bytes);
-        }
-        let counters = &self.counters;
-        counters.checkpoints.fetch_add(1, Ordering::Relaxed);
-        if rec.replay_from < rec.seq {
-            counters.sliced_checkpoints.fetch_add(1, Ordering::Relaxed);
-        }
-        counters
-            .checkpoint_bytes
-            .fetch_add(stats.bytes, Ordering::Relaxed);
-        counters
-            .cleaner_copied_bytes
-            .fetch_add(stats.relocated_bytes, Ordering::Relaxed);
-        counters
-            .checkpointed_log_bytes
-            .store(v.log_bytes, Ordering::Relaxed);
-        counters
-            .checkpointed_tree_bytes
-            .store(rec.tree_bytes, Ordering::Relaxed);
-        counters.checkpointed_seq.store(rec.seq, Ordering::Relaxed);
     }
 
     /// Deletes the commit segments a durable checkpoint made obsolete (and
     /// any whose deletion failed before), oldest first, stopping at a
     /// failure: deleting a newer segment while an older one stays would
     /// leave a gap in the log's chain.
-    fn delete_obsolete_commit_segments(&self, c: &mut Checkpointer, obsolete: Vec<SegmentId>) {
-        c.undeleted.extend(obsolete);
-        while let Some(&id) = c.undeleted.first() {
-            if let Err(e) = self.storage.delete_segment(id) {
-                *self.last_error.lock() = Some(format!("deleting an obsolete commit segment: {e}"));
+    fn delete_obsolete_commit_segments(&mut self, store: &Store, obsolete: Vec<SegmentId>) {
+        self.undeleted.extend(obsolete);
+        while let Some(&id) = self.undeleted.first() {
+            if let Err(e) = store.storage().delete_segment(id) {
+                store.note_error(format!("deleting an obsolete commit segment: {e}"));
                 break;
             }
-            c.undeleted.remove(0);
+            self.undeleted.remove(0);
         }
     }
 }
 
-/// What a checkpoint writes (see `Checkpointer::plan_writing`).
+/// Writes the tree's changed pages (those `writing` does not keep) and
+/// syncs them, then commits the checkpoint record through the commit
+/// pipeline and waits until it is durable.
+#[allow(clippy::too_many_arguments)]
+fn write_and_commit(
+    store: &Store,
+    commit: &CommitPath,
+    bp: &Backpressure,
+    c: &mut State,
+    v: &Version,
+    kind: CheckpointKind,
+    generation: u64,
+    writing: &Writing,
+    stats: &mut WriteStats,
+) -> Result<Committed> {
+    let written = match &v.root {
+        Some(r) => write_tree(
+            store.pager(),
+            r,
+            generation,
+            writing.floor,
+            &writing.keep,
+            &mut c.pages,
+            stats,
+        )?,
+        None => TreeWrite::default(),
+    };
+    c.pages.sync()?;
+    let root = written.root;
+    let slices = c.root_slices_after(store.pager(), v, writing, &written);
+    let replay_from = slices
+        .as_ref()
+        .and_then(|s| s.iter().map(|s| s.seq).min())
+        .unwrap_or(v.seq);
+    let rec = CheckpointRecord {
+        seq: v.seq,
+        replay_from,
+        // Set by the leader when it appends the record.
+        log_seq: v.seq,
+        root: root.map(|d| d.page),
+        root_level: v.root.as_ref().map_or(0, |r| r.level()),
+        page_end: c.pages.end(),
+        pairs: v.pairs,
+        tree_bytes: root.map_or(0, |d| d.subtree),
+        root_oldest: root.map_or(0, |d| d.oldest),
+    };
+    match commit.submit(
+        store,
+        bp,
+        Request::Checkpoint {
+            record: rec,
+            generation,
+            moved: Box::new(written),
+            fresh_segment: kind == CheckpointKind::Compact,
+        },
+    )? {
+        Reply::Checkpoint {
+            obsolete,
+            old_epoch,
+        } => Ok(Committed {
+            rec,
+            obsolete,
+            old_epoch,
+            slices,
+        }),
+        Reply::Write(_) => unreachable!("checkpoint answered as a write"),
+    }
+}
+
+/// After the checkpoint's record is durable: its pages are the durable
+/// ones, the commit segments before its `replay_from` are deleted, the
+/// page segments it no longer references retire, and it is counted.
+#[allow(clippy::too_many_arguments)]
+fn checkpoint_durable(
+    store: &Store,
+    c: &mut State,
+    v: &Version,
+    kind: CheckpointKind,
+    generation: u64,
+    floor: u32,
+    done: Committed,
+    stats: &WriteStats,
+) {
+    let Committed {
+        rec,
+        obsolete,
+        old_epoch,
+        slices,
+    } = done;
+    store.pager().set_durable_generation(generation);
+    c.pages.checkpoint_durable();
+    c.last_seq = Some(rec.seq);
+    c.root_slices = slices;
+    c.replay_from = rec.replay_from;
+    c.log_at.push((v.seq, v.log_bytes));
+    c.log_at.retain(|&(seq, _)| seq >= rec.replay_from);
+    // Before any checkpoint of this session the count starts at the
+    // open, whose replay started at the record's `replay_from`.
+    let replayable_from = c
+        .log_at
+        .iter()
+        .find(|&&(seq, _)| seq == rec.replay_from)
+        .map_or(0, |&(_, bytes)| bytes);
+    store
+        .counters()
+        .replayable_log_from
+        .store(replayable_from, Ordering::Relaxed);
+    c.delete_obsolete_commit_segments(store, obsolete);
+    c.retire_page_segments(&rec, floor, old_epoch);
+    if kind != CheckpointKind::Compact {
+        c.last_written = Some(stats.bytes - stats.relocated_bytes);
+    }
+    let counters = store.counters();
+    counters.checkpoints.fetch_add(1, Ordering::Relaxed);
+    if rec.replay_from < rec.seq {
+        counters.sliced_checkpoints.fetch_add(1, Ordering::Relaxed);
+    }
+    counters
+        .checkpoint_bytes
+        .fetch_add(stats.bytes, Ordering::Relaxed);
+    counters
+        .cleaner_copied_bytes
+        .fetch_add(stats.relocated_bytes, Ordering::Relaxed);
+    counters
+        .checkpointed_log_bytes
+        .store(v.log_bytes, Ordering::Relaxed);
+    counters
+        .checkpointed_tree_bytes
+        .store(rec.tree_bytes, Ordering::Relaxed);
+    counters.checkpointed_seq.store(rec.seq, Ordering::Relaxed);
+}
+
+/// What a checkpoint writes (see `State::plan_writing`).
 struct Writing {
     /// Per root child, the previous page a slice keeps (`None`: written);
     /// empty when everything changed is written.
@@ -763,13 +540,13 @@ struct Committed {
     slices: Option<Vec<RootSlice>>,
 }
 
-impl Checkpointer {
+impl State {
     /// What the checkpoint of `v` writes: for a slice, the root children
     /// it keeps and its cleaning line (see `slice_floor`); otherwise
     /// everything changed, cleaning up to `floor`.
     fn plan_writing(
         &mut self,
-        pager: &kivi_tree::Pager,
+        pager: &Pager,
         v: &Version,
         kind: CheckpointKind,
         tree_bytes: u64,
@@ -811,7 +588,7 @@ impl Checkpointer {
     /// the others, all of `v`'s.
     fn root_slices_after(
         &self,
-        pager: &kivi_tree::Pager,
+        pager: &Pager,
         v: &Version,
         writing: &Writing,
         written: &TreeWrite,

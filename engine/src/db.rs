@@ -1,91 +1,40 @@
 //! The database handle: opening, reading, writing, closing.
 
+use crate::background::{self, Background};
+use crate::backpressure::Backpressure;
 use crate::batch::WriteBatch;
-use crate::checkpointer::{unreferenced_below, Background, CheckpointKind, Checkpointer};
-use crate::commit::Writer;
+use crate::checkpointer::{unreferenced_below, CheckpointKind, Checkpointer};
+use crate::commit::{CommitPath, Writer};
 use crate::commit_log::CommitLog;
+use crate::counters::Counters;
 use crate::error::{Error, Result};
 use crate::identity::{self, IDENTITY};
 use crate::iter::{Iter, Scan, Snapshot};
 use crate::limits::MAX_KEY_LEN;
 use crate::options::Options;
 use crate::page_log::PageLog;
-use crate::pipeline::{Pipeline, Reply, Request, WriteOutcome};
+use crate::pipeline::{Reply, Request, WriteOutcome};
 use crate::recovery::recover;
-use crate::version::{Reclaimer, Version};
-use crate::write_buffer::{Lookup, SpareArrays};
-use arc_swap::ArcSwap;
+use crate::store::{OpenReport, Store};
 use kivi_log::SegmentIds;
 use kivi_storage::{LocalDir, Storage};
-use kivi_tree::{apply, get_each, get_into, Pager, TreeConfig};
-use parking_lot::Mutex;
+use kivi_tree::{get_each, Pager, TreeConfig};
 use std::ops::ControlFlow;
 use std::ops::RangeBounds;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-/// Counters behind `stats()`.
-#[derive(Default)]
-pub(crate) struct Counters {
-    pub group_commits: AtomicU64,
-    pub batches: AtomicU64,
-    pub failed_commits: AtomicU64,
-    pub checkpoints: AtomicU64,
-    pub sliced_checkpoints: AtomicU64,
-    pub checkpoint_bytes: AtomicU64,
-    pub failed_checkpoints: AtomicU64,
-    /// `Version::log_bytes` of the newest durable checkpoint.
-    pub checkpointed_log_bytes: AtomicU64,
-    /// `Version::log_bytes` at the newest durable checkpoint's
-    /// `replay_from`: the commit log since is what recovery replays.
-    pub replayable_log_from: AtomicU64,
-    pub checkpointed_tree_bytes: AtomicU64,
-    pub checkpointed_seq: AtomicU64,
-    /// Milliseconds since open of the last commit, for idle detection.
-    pub last_commit_ms: AtomicU64,
-    /// Page segments the cleaner deleted, and the bytes of live records it
-    /// copied out of them first.
-    pub cleaned_segments: AtomicU64,
-    pub cleaner_copied_bytes: AtomicU64,
-    /// Page segments no checkpoint uses that wait for old readers to finish.
-    pub retiring_segments: AtomicU64,
-    /// Writes held back because unwritten changes filled the write buffer
-    /// twice over, and the microseconds they waited in all.
-    pub write_stalls: AtomicU64,
-    /// Write buffers merged into the tree.
-    pub buffer_merges: AtomicU64,
-    pub write_stall_us: AtomicU64,
-}
-
+/// The store's owners, each with its own part of the state: what every
+/// part shares and readers read (`Store`), the commit path, the
+/// checkpointer, what ties writers to it, and the background thread.
 pub(crate) struct Inner {
-    pub path: String,
-    pub storage: Arc<dyn Storage>,
-    pub pager: Pager,
-    pub tree_cfg: TreeConfig,
-    pub opts: Options,
-    pub store_id: [u8; 16],
-    pub published: ArcSwap<Version>,
-    /// Frees superseded versions off the commit path.
-    pub reclaimer: Reclaimer,
-    /// Arrays of the write buffer's dropped runs, for its next merges (at
-    /// most a quarter of `write_buffer_bytes`).
-    pub run_spares: Arc<SpareArrays>,
-    pub pipeline: Pipeline,
-    /// `None` when read-only.
-    pub writer: Mutex<Option<Writer>>,
-    pub checkpointer: Mutex<Option<Checkpointer>>,
-    /// The page segment being written and its length (see `PageLog`).
-    pub page_appending: Arc<Mutex<Option<(u64, u64)>>>,
-    pub background: Background,
-    pub counters: Counters,
-    pub closed: AtomicBool,
-    pub opened_at: std::time::Instant,
-    pub last_error: Mutex<Option<String>>,
-    pub torn_tail: Option<(String, u64)>,
-    pub replayed_at_open: u64,
-    /// Damage opening found in log records a checkpoint already covers.
-    pub damage_at_open: Vec<String>,
+    /// Shared with snapshots and iterators, which read through it.
+    store: Arc<Store>,
+    commit: CommitPath,
+    checkpointer: Checkpointer,
+    backpressure: Backpressure,
+    background: Background,
 }
 
 /// A kivi store. Cheap to clone; all clones share one store, and the store
@@ -108,7 +57,7 @@ impl Drop for Handle {
 impl std::fmt::Debug for Db {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Db")
-            .field("path", &self.inner().path)
+            .field("path", &self.inner().store.path())
             .finish()
     }
 }
@@ -191,8 +140,7 @@ impl Db {
         };
         let rec = recover(&storage, &pager, &tree_cfg, store_id)?;
         let ids = Arc::new(SegmentIds::after(rec.max_segment_id));
-        let mut page_appending = Arc::default();
-        let (writer, checkpointer) = if opts.read_only {
+        let (writer, pages) = if opts.read_only {
             (None, None)
         } else {
             for &id in &rec.garbage {
@@ -214,19 +162,13 @@ impl Db {
                 rec.page_end,
                 rec.page_segments.clone(),
             );
-            page_appending = pages.appending();
-            (
-                Some(Writer {
-                    log,
-                    seq: rec.version.seq,
-                }),
-                Some(Checkpointer::new(
-                    pages,
-                    rec.checkpoint.as_ref().map_or(0, unreferenced_below),
-                    rec.checkpoint.as_ref().map_or(0, |c| c.replay_from),
-                )),
-            )
+            (Some(Writer::new(log, rec.version.seq)), Some(pages))
         };
+        let checkpointer = Checkpointer::new(
+            pages,
+            rec.checkpoint.as_ref().map_or(0, unreferenced_below),
+            rec.checkpoint.as_ref().map_or(0, |c| c.replay_from),
+        );
         let mut version = rec.version;
         version.log_bytes = rec.redo_bytes;
         version.visible_log_bytes = rec.redo_bytes;
@@ -238,40 +180,49 @@ impl Db {
             counters.checkpointed_seq.store(c.seq, Ordering::Relaxed);
         }
         let read_only = opts.read_only;
-        let run_spares = SpareArrays::new(opts.write_buffer_bytes / 4);
-        let inner = Arc::new(Inner {
-            path,
-            storage,
-            pager,
-            tree_cfg,
-            opts,
-            store_id,
-            published: ArcSwap::from_pointee(version),
-            reclaimer: Reclaimer::default(),
-            run_spares,
-            pipeline: Pipeline::default(),
-            writer: Mutex::new(writer),
-            checkpointer: Mutex::new(checkpointer),
-            page_appending,
-            background: Background::default(),
-            counters,
-            closed: AtomicBool::new(false),
-            opened_at: std::time::Instant::now(),
-            last_error: Mutex::new(None),
+        let opened = OpenReport {
             torn_tail: rec.torn_tail,
-            replayed_at_open: rec.replayed,
-            damage_at_open: rec.damage.iter().map(|c| c.to_string()).collect(),
+            replayed: rec.replayed,
+            damage: rec.damage.iter().map(|c| c.to_string()).collect(),
+        };
+        let store = Store::new(
+            path, storage, pager, tree_cfg, opts, store_id, version, counters, opened,
+        );
+        let inner = Arc::new(Inner {
+            store: Arc::new(store),
+            commit: CommitPath::new(writer),
+            checkpointer,
+            backpressure: Backpressure::default(),
+            background: Background::default(),
         });
         if !read_only {
-            Background::start(&inner);
+            let me = inner.clone();
+            inner.background.start(move || {
+                background::run(&me.store, &me.commit, &me.checkpointer, &me.backpressure)
+            });
         }
         Ok(Db {
             handle: Arc::new(Handle { inner }),
         })
     }
 
-    pub(crate) fn inner(&self) -> &Arc<Inner> {
+    fn inner(&self) -> &Inner {
         &self.handle.inner
+    }
+
+    /// What every part shares (for `stats` and `check`).
+    pub(crate) fn store(&self) -> &Store {
+        &self.handle.inner.store
+    }
+
+    /// The commit path (for `stats`).
+    pub(crate) fn commit_path(&self) -> &CommitPath {
+        &self.handle.inner.commit
+    }
+
+    /// The checkpointer (for `stats` and `check`).
+    pub(crate) fn checkpointer(&self) -> &Checkpointer {
+        &self.handle.inner.checkpointer
     }
 
     /// The value stored under `key`.
@@ -289,8 +240,8 @@ impl Db {
                 max: MAX_KEY_LEN,
             });
         }
-        let inner = self.inner();
-        inner.read(&inner.published.load(), key, out)
+        let store = self.store();
+        store.read(&store.current(), key, out)
     }
 
     /// Reads the values under `keys`, all as of one moment, calling
@@ -310,13 +261,13 @@ impl Db {
                 max: MAX_KEY_LEN,
             });
         }
-        let inner = self.inner();
-        let v = inner.published.load();
+        let store = self.store();
+        let v = store.current();
         if let [key] = keys {
             // Nothing to overlap: the plain lookup, without the passes'
             // bookkeeping.
             let mut out = Vec::new();
-            let found_it = inner.read(&v, key, &mut out)?;
+            let found_it = store.read(&v, key, &mut out)?;
             let _ = found(0, found_it.then_some(out.as_slice()));
             return Ok(());
         }
@@ -345,7 +296,7 @@ impl Db {
             ControlFlow::Continue(())
         };
         let flow = match &v.root {
-            Some(root) => get_each(&inner.pager, root, &tree_keys, &mut |t, value| {
+            Some(root) => get_each(store.pager(), root, &tree_keys, &mut |t, value| {
                 answer(in_tree[t], value)
             })?,
             None => in_tree.iter().try_for_each(|&i| answer(i, None)),
@@ -390,7 +341,7 @@ impl Db {
     /// others (a failed commit fails every batch of its group).
     pub fn write_each(&self, batches: Vec<WriteBatch>) -> Vec<Result<WriteOutcome>> {
         let inner = self.inner();
-        if inner.closed.load(Ordering::Acquire) {
+        if inner.store.is_closed() {
             return batches.iter().map(|_| Err(Error::Closed)).collect();
         }
         let mut out: Vec<Option<Result<WriteOutcome>>> = Vec::with_capacity(batches.len());
@@ -403,12 +354,9 @@ impl Db {
                 requests.push(Request::Write(b));
             }
         }
-        if !requests.is_empty() {
-            inner.wait_for_write_buffer();
-        }
         let mut replies = inner
-            .pipeline
-            .submit_many(requests, &|group| inner.commit_group(group))
+            .commit
+            .submit_many(&inner.store, &inner.backpressure, requests)
             .into_iter();
         out.into_iter()
             .map(|o| match o {
@@ -459,7 +407,8 @@ impl Db {
     /// A consistent read view of the store as of now. It never blocks
     /// writers; it keeps the pages it sees alive until dropped.
     pub fn snapshot(&self) -> Snapshot {
-        Snapshot::new(self.inner().clone(), self.inner().published.load_full())
+        let store = &self.inner().store;
+        Snapshot::new(store.clone(), store.current_full())
     }
 
     /// Pairs with keys in `range`, in key order; `.rev()` for descending order.
@@ -501,8 +450,9 @@ impl Db {
         // Superseded versions are freed on another thread; give it a moment
         // so the cleaned segments go now rather than at the next tick.
         for _ in 0..100 {
-            inner.delete_retired();
-            if inner.counters.retiring_segments.load(Ordering::Relaxed) == 0 {
+            inner.checkpointer.delete_retired(&inner.store);
+            let counters = inner.store.counters();
+            if counters.retiring_segments.load(Ordering::Relaxed) == 0 {
                 break;
             }
             std::thread::sleep(std::time::Duration::from_millis(5));
@@ -518,127 +468,40 @@ impl Db {
 
     /// Where the store lives, as given when it was opened.
     pub fn path(&self) -> &str {
-        &self.inner().path
+        self.store().path()
     }
 
     /// Drops every cached page (for measuring cold reads).
     pub fn clear_cache(&self) {
-        self.inner().pager.clear_cache();
+        self.store().pager().clear_cache();
     }
 }
 
 impl Inner {
-    pub(crate) fn now_ms(&self) -> u64 {
-        self.opened_at.elapsed().as_millis() as u64
+    fn submit(&self, request: Request) -> Result<Reply> {
+        self.commit.submit(&self.store, &self.backpressure, request)
     }
 
-    /// Reads `key` as of version `v`: the write buffer, then the tree.
-    pub(crate) fn read(&self, v: &Version, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
-        match v.buffer.get_into(key, out) {
-            Lookup::Found => Ok(true),
-            Lookup::Deleted => Ok(false),
-            Lookup::NotHere => match &v.root {
-                None => Ok(false),
-                Some(root) => Ok(get_into(&self.pager, root, key, out)?),
-            },
-        }
-    }
-
-    /// Pairs in version `v`: the tree's, changed by what the buffer holds.
-    pub(crate) fn pairs(&self, v: &Version) -> Result<u64> {
-        let delta = self.buffer_pairs_delta(v)?;
-        Ok((v.pairs as i64 + delta) as u64)
-    }
-
-    pub(crate) fn buffer_pairs_delta(&self, v: &Version) -> Result<i64> {
-        if v.visible_seq == v.seq {
-            return Ok(0);
-        }
-        let mut buf = Vec::new();
-        v.buffer.pairs_delta(&mut |key| match &v.root {
-            None => Ok(false),
-            Some(root) => get_into(&self.pager, root, key, &mut buf).map_err(Error::from),
-        })
-    }
-
-    /// The memory the write buffer may hold before it is merged: half the
-    /// write buffer, the other half being for the tree's unwritten changes.
-    pub(crate) fn buffer_limit(&self) -> u64 {
-        self.opts.write_buffer_bytes / 2
-    }
-
-    /// Whether the write buffer under `v` is due to be merged into the tree:
-    /// it holds its share of memory, or half of `checkpoint_bytes` of commit
-    /// log (which no checkpoint can retire until the merge); and the tree
-    /// has room for what the merge adds (see `merge_has_room`).
-    pub(crate) fn buffer_wants_merge(&self, v: &Version) -> bool {
-        !v.buffer.is_empty()
-            && (v.buffer.bytes() >= self.buffer_limit()
-                || v.visible_log_bytes - v.log_bytes >= self.opts.checkpoint_bytes / 2)
-            && self.merge_has_room(v)
-    }
-
-    /// Whether a merge of `v`'s buffer may add to the tree's unwritten
-    /// changes now: they are under `write_buffer_bytes`, or the buffer has
-    /// grown to twice its share. A merge can add more than it takes from
-    /// the buffer (whole leaves against buffered pairs); made while the
-    /// unwritten changes sit at the writers' hard limit, behind stalled
-    /// checkpoints, it took them past it. Deferred, the buffer grows
-    /// instead, which the writers' limit counts.
-    pub(crate) fn merge_has_room(&self, v: &Version) -> bool {
-        self.pager.dirty_bytes() < self.opts.write_buffer_bytes
-            || v.buffer.bytes() >= self.buffer_limit().saturating_mul(2)
-    }
-
-    /// Merges the write buffer of `base`, the published version, into the
-    /// tree and publishes the result, which it returns. The caller holds
-    /// the writer lock. On failure nothing changes. `background`: on one
-    /// thread, leaving the other core to the readers.
-    pub(crate) fn merge_buffer(
-        &self,
-        base: &Arc<Version>,
-        background: bool,
-    ) -> Result<Arc<Version>> {
-        debug_assert!(Arc::ptr_eq(base, &self.published.load()));
-        if base.buffer.is_empty() {
-            return Ok(base.clone());
-        }
-        let cfg = TreeConfig {
-            parallel: !background,
-            ..self.tree_cfg
-        };
-        let a = base
-            .buffer
-            .with_newest(|ops| apply(&self.pager, &cfg, base.root.as_ref(), ops))?;
-        let pairs = (base.pairs as i64 + a.pairs_delta) as u64;
-        let next = Arc::new(Version {
-            epoch: base.epoch.clone(),
-            ..Version::of_tree(a.root, base.visible_seq, pairs, base.visible_log_bytes)
-        });
-        self.counters.buffer_merges.fetch_add(1, Ordering::Relaxed);
-        let old = self.published.swap(next.clone());
-        self.reclaimer.dispose(old);
-        Ok(next)
+    fn run_checkpoint(&self, kind: CheckpointKind) -> Result<bool> {
+        self.checkpointer
+            .run(&self.store, &self.commit, &self.backpressure, kind)
     }
 
     /// Stops the background work (after a final checkpoint) and refuses
     /// further writes. Idempotent.
-    pub(crate) fn shutdown(&self) -> Result<()> {
-        let was_closed = self.closed.load(Ordering::Acquire);
-        if was_closed {
+    fn shutdown(&self) -> Result<()> {
+        if self.store.is_closed() {
             return Ok(());
         }
-        let result = self.background.stop();
+        let result = self.background.stop(&self.backpressure);
         let mut result = match result {
             Some(Err(e)) => Err(e),
             _ => Ok(()),
         };
-        self.closed.store(true, Ordering::Release);
-        // Take the writer lock so no group is half-done when we return.
-        if let Some(w) = self.writer.lock().as_mut() {
-            if let Err(e) = w.log.sync() {
-                result = Err(e.into());
-            }
+        self.store.mark_closed();
+        // Taking the writer lock, so no group is half-done when we return.
+        if let Err(e) = self.commit.sync_log() {
+            result = Err(e);
         }
         result
     }

@@ -15,12 +15,15 @@
 //! Layers (each its own crate): storage (`kivi-storage`) → log (`kivi-log`)
 //! → tree (`kivi-tree`) → this engine. See ARCHITECTURE.md.
 
+mod background;
+mod backpressure;
 mod batch;
 mod check;
 mod checkpointer;
 mod cleaner;
 mod commit;
 mod commit_log;
+mod counters;
 mod db;
 mod error;
 mod identity;
@@ -32,6 +35,7 @@ mod page_log;
 mod pipeline;
 mod recovery;
 mod stats;
+mod store;
 mod version;
 mod write_buffer;
 
