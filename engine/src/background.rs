@@ -13,7 +13,6 @@ use crate::commit::CommitPath;
 use crate::error::{Error, Result};
 use crate::store::Store;
 use parking_lot::Mutex;
-use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -77,17 +76,13 @@ pub(crate) fn run(
         let v = store.current();
         let redo = v
             .log_bytes
-            .saturating_sub(counters.checkpointed_log_bytes.load(Ordering::Relaxed));
+            .saturating_sub(counters.checkpointed_log_bytes());
         // What recovery would replay: a sliced checkpoint retires only the
         // commits its oldest kept slice holds, so `checkpoint_bytes` bounds
         // this (and so recovery time), not the log since the last one.
-        let replayable = v
-            .log_bytes
-            .saturating_sub(counters.replayable_log_from.load(Ordering::Relaxed));
+        let replayable = v.log_bytes.saturating_sub(counters.replayable_log_from());
         drop(v);
-        let quiet_ms = store
-            .now_ms()
-            .saturating_sub(counters.last_commit_ms.load(Ordering::Relaxed));
+        let quiet_ms = store.now_ms().saturating_sub(counters.last_commit_ms());
         let idle = quiet_ms >= IDLE_MS;
         if quiet_ms >= BUFFER_IDLE_MS {
             commit.merge_idle_buffer(store);
@@ -130,10 +125,7 @@ fn final_checkpoint(
     bp: &Backpressure,
 ) -> Result<()> {
     let v = store.current();
-    let checkpointed = store
-        .counters()
-        .checkpointed_log_bytes
-        .load(Ordering::Relaxed);
+    let checkpointed = store.counters().checkpointed_log_bytes();
     let pending = v.visible_log_bytes.saturating_sub(checkpointed);
     drop(v);
     let segments = commit.log_segments();

@@ -4,7 +4,6 @@
 
 use crate::store::Store;
 use parking_lot::{Condvar, Mutex};
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 /// The commit log is retired early (a checkpoint before `checkpoint_bytes`)
@@ -110,7 +109,7 @@ impl Backpressure {
         }
         let start = Instant::now();
         let counters = store.counters();
-        counters.write_stalls.fetch_add(1, Ordering::Relaxed);
+        counters.write_stall_started();
         while store.unwritten_bytes() >= limit && !store.is_closed() {
             let left = MAX_WRITE_STALL.saturating_sub(start.elapsed());
             if left.is_zero() {
@@ -118,9 +117,7 @@ impl Backpressure {
             }
             self.wait_written(left.min(WRITE_STALL_STEP));
         }
-        counters
-            .write_stall_us
-            .fetch_add(start.elapsed().as_micros() as u64, Ordering::Relaxed);
+        counters.write_stall_ended(start.elapsed().as_micros() as u64);
     }
 }
 
@@ -132,10 +129,7 @@ impl Backpressure {
 /// a fresh store also raced explicit ones, which made tests that expect
 /// only their own checkpoints flaky.)
 pub(crate) fn log_over_target(store: &Store, log_bytes: u64) -> bool {
-    let tree = store
-        .counters()
-        .checkpointed_tree_bytes
-        .load(Ordering::Relaxed);
+    let tree = store.counters().checkpointed_tree_bytes();
     if tree == 0 {
         return false;
     }

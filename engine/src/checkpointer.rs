@@ -14,6 +14,7 @@ use crate::cleaner::plan::{
     choose_slice, plan_floor, slice_floor, Plan, PlanInput, SliceCandidate,
 };
 use crate::commit::CommitPath;
+use crate::counters::CheckpointDone;
 use crate::error::{Error, Result};
 use crate::page_log::PageLog;
 use crate::pipeline::{Reply, Request};
@@ -24,7 +25,6 @@ use kivi_storage::SegmentId;
 use kivi_tree::{root_children, write_tree, DiskRef, Pager, TreeWrite, WriteStats};
 use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
 /// The checkpointer: takes checkpoints, one at a time, and owns what they
@@ -190,10 +190,7 @@ pub(crate) enum CheckpointKind {
 /// Live bytes as `stats` counts them (the durable tree plus the commit
 /// log since) and the bytes of the commit log.
 pub(crate) fn space_now(store: &Store, commit: &CommitPath) -> Space {
-    let tree = store
-        .counters()
-        .checkpointed_tree_bytes
-        .load(Ordering::Relaxed);
+    let tree = store.counters().checkpointed_tree_bytes();
     let log = commit.log_bytes();
     Space { tree, log }
 }
@@ -256,7 +253,7 @@ impl Checkpointer {
                     store.pager().close_segment(id as u32);
                     c.pages.forget(id);
                     c.retiring.swap_remove(i);
-                    counters.cleaned_segments.fetch_add(1, Ordering::Relaxed);
+                    counters.segment_cleaned();
                 }
                 Err(e) => {
                     store.note_error(format!("deleting a cleaned page segment: {e}"));
@@ -264,9 +261,7 @@ impl Checkpointer {
                 }
             }
         }
-        counters
-            .retiring_segments
-            .store(c.retiring.len() as u64, Ordering::Relaxed);
+        counters.set_retiring_segments(c.retiring.len() as u64);
     }
 
     /// Takes a checkpoint of the current version. `Ok(false)` when there was
@@ -295,11 +290,8 @@ impl Checkpointer {
         // writes go on, leave it to fill.
         let v = commit.version_to_checkpoint(store, kind != CheckpointKind::Slice)?;
         let counters = store.counters();
-        let covered = c
-            .last_seq
-            .unwrap_or(counters.checkpointed_seq.load(Ordering::Relaxed));
-        let nothing_new = v.seq == covered
-            && v.log_bytes == counters.checkpointed_log_bytes.load(Ordering::Relaxed);
+        let covered = c.last_seq.unwrap_or(counters.checkpointed_seq());
+        let nothing_new = v.seq == covered && v.log_bytes == counters.checkpointed_log_bytes();
         let floor = c.plan_cleaning(store, kind, space, nothing_new)?;
         if kind != CheckpointKind::Compact && nothing_new && floor <= c.durable_oldest {
             return Ok(false);
@@ -318,7 +310,7 @@ impl Checkpointer {
                 // be taken for durable places.
                 store.pager().set_failed_generation(generation);
                 c.pages.checkpoint_failed();
-                counters.failed_checkpoints.fetch_add(1, Ordering::Relaxed);
+                counters.checkpoint_failed();
                 store.note_error(format!("checkpoint failed: {e}"));
                 return Err(e);
             }
@@ -492,33 +484,20 @@ fn checkpoint_durable(
         .iter()
         .find(|&&(seq, _)| seq == rec.replay_from)
         .map_or(0, |&(_, bytes)| bytes);
-    store
-        .counters()
-        .replayable_log_from
-        .store(replayable_from, Ordering::Relaxed);
+    store.counters().set_replayable_log_from(replayable_from);
     c.delete_obsolete_commit_segments(store, obsolete);
     c.retire_page_segments(&rec, floor, old_epoch);
     if kind != CheckpointKind::Compact {
         c.last_written = Some(stats.bytes - stats.relocated_bytes);
     }
-    let counters = store.counters();
-    counters.checkpoints.fetch_add(1, Ordering::Relaxed);
-    if rec.replay_from < rec.seq {
-        counters.sliced_checkpoints.fetch_add(1, Ordering::Relaxed);
-    }
-    counters
-        .checkpoint_bytes
-        .fetch_add(stats.bytes, Ordering::Relaxed);
-    counters
-        .cleaner_copied_bytes
-        .fetch_add(stats.relocated_bytes, Ordering::Relaxed);
-    counters
-        .checkpointed_log_bytes
-        .store(v.log_bytes, Ordering::Relaxed);
-    counters
-        .checkpointed_tree_bytes
-        .store(rec.tree_bytes, Ordering::Relaxed);
-    counters.checkpointed_seq.store(rec.seq, Ordering::Relaxed);
+    store.counters().checkpoint_durable(CheckpointDone {
+        sliced: rec.replay_from < rec.seq,
+        bytes: stats.bytes,
+        copied_bytes: stats.relocated_bytes,
+        log_bytes: v.log_bytes,
+        tree_bytes: rec.tree_bytes,
+        seq: rec.seq,
+    });
 }
 
 /// What a checkpoint writes (see `State::plan_writing`).

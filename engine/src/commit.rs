@@ -30,7 +30,6 @@ use kivi_storage::SegmentId;
 use kivi_tree::{apply, compare_keys, keys_in_leaf_of, release_written, Applied, TreeWrite};
 use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
 /// Groups of at least this many operations go straight into the tree while
@@ -209,10 +208,7 @@ impl CommitPath {
         let base = match base_for_group(store) {
             Ok(base) => base,
             Err(e) => {
-                store
-                    .counters()
-                    .failed_commits
-                    .fetch_add(1, Ordering::Relaxed);
+                store.counters().commit_failed();
                 return group.iter().map(|_| Err(e.duplicate())).collect();
             }
         };
@@ -245,7 +241,7 @@ impl CommitPath {
                 &op_refs,
             ) {
                 Ok(a) => Some(a),
-                Err(e) => return fail_group(store, replies, &Error::from(e)),
+                Err(e) => return fail_group(store, replies, &e.into()),
             }
         };
         let committing = applied.is_some() || buffered;
@@ -260,10 +256,7 @@ impl CommitPath {
         let visible_log_bytes = base.visible_log_bytes + appended;
         if committing {
             w.seq = seq;
-            store
-                .counters()
-                .last_commit_ms
-                .store(store.now_ms(), Ordering::Relaxed);
+            store.counters().set_last_commit_ms(store.now_ms());
         }
         let mut next = next_version(
             store,
@@ -278,14 +271,7 @@ impl CommitPath {
         let next = Arc::new(next);
         let old = store.publish(next.clone());
         drop(base);
-        for (r, t) in replies.iter_mut().zip(group) {
-            if let Request::Checkpoint { record, .. } = &t.request {
-                *r = Some(Ok(Reply::Checkpoint {
-                    obsolete: w.log.release_through(record.replay_from),
-                    old_epoch: old_epoch.clone().expect("a checkpoint in the group"),
-                }));
-            }
-        }
+        answer_checkpoints(w, group, &mut replies, old_epoch);
         let log_file_bytes = w.log.bytes();
         drop(guard);
         // Outside the writer lock: the next group's leader need not wait
@@ -520,6 +506,25 @@ fn release_checkpointed(
     old_epoch
 }
 
+/// Answers the group's checkpoints, now durable: the commit segments
+/// their records made obsolete, and the epoch before them (see
+/// `Reply::Checkpoint`).
+fn answer_checkpoints(
+    w: &mut Writer,
+    group: &[Arc<Ticket>],
+    replies: &mut Replies,
+    old_epoch: Option<Weak<Epoch>>,
+) {
+    for (r, t) in replies.iter_mut().zip(group) {
+        if let Request::Checkpoint { record, .. } = &t.request {
+            *r = Some(Ok(Reply::Checkpoint {
+                obsolete: w.log.release_through(record.replay_from),
+                old_epoch: old_epoch.clone().expect("a checkpoint in the group"),
+            }));
+        }
+    }
+}
+
 /// Fails every write of the group not already failed with `e` (the
 /// group's commit failed: nothing of it is in the log).
 fn fail_group(store: &Store, mut replies: Replies, e: &Error) -> Vec<Result<Reply>> {
@@ -528,35 +533,19 @@ fn fail_group(store: &Store, mut replies: Replies, e: &Error) -> Vec<Result<Repl
             *r = Some(Err(e.duplicate()));
         }
     }
-    store
-        .counters()
-        .failed_commits
-        .fetch_add(1, Ordering::Relaxed);
+    store.counters().commit_failed();
     replies.into_iter().map(|r| r.expect("filled")).collect()
 }
 
 /// After a group is published and the writer lock let go: counts it,
 /// paces page writes, and wakes the checkpointer when one is due.
 fn after_group(store: &Store, bp: &Backpressure, batches: usize, log_file_bytes: u64) {
-    store
-        .counters()
-        .group_commits
-        .fetch_add(1, Ordering::Relaxed);
-    store
-        .counters()
-        .batches
-        .fetch_add(batches as u64, Ordering::Relaxed);
+    store.counters().group_committed(batches as u64);
     // A checkpoint writes the tree: the commits still in the write
     // buffer are not yet its to retire.
     let log_bytes = store.current().log_bytes;
-    let redo = log_bytes.saturating_sub(
-        store
-            .counters()
-            .checkpointed_log_bytes
-            .load(Ordering::Relaxed),
-    );
-    let replayable =
-        log_bytes.saturating_sub(store.counters().replayable_log_from.load(Ordering::Relaxed));
+    let redo = log_bytes.saturating_sub(store.counters().checkpointed_log_bytes());
+    let replayable = log_bytes.saturating_sub(store.counters().replayable_log_from());
     let buffer_full = store.write_buffer_full();
     // Page writes are paced for commit latency only while few changes
     // wait for a checkpoint (a quarter of the write buffer): past that,

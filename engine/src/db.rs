@@ -22,7 +22,6 @@ use kivi_tree::{get_each, Pager, TreeConfig};
 use std::ops::ControlFlow;
 use std::ops::RangeBounds;
 use std::path::Path;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// The store's owners, each with its own part of the state: what every
@@ -172,13 +171,7 @@ impl Db {
         let mut version = rec.version;
         version.log_bytes = rec.redo_bytes;
         version.visible_log_bytes = rec.redo_bytes;
-        let counters = Counters::default();
-        if let Some(c) = rec.checkpoint {
-            counters
-                .checkpointed_tree_bytes
-                .store(c.tree_bytes, Ordering::Relaxed);
-            counters.checkpointed_seq.store(c.seq, Ordering::Relaxed);
-        }
+        let counters = Counters::after_open(rec.checkpoint.map(|c| (c.tree_bytes, c.seq)));
         let read_only = opts.read_only;
         let opened = OpenReport {
             torn_tail: rec.torn_tail,
@@ -451,8 +444,7 @@ impl Db {
         // so the cleaned segments go now rather than at the next tick.
         for _ in 0..100 {
             inner.checkpointer.delete_retired(&inner.store);
-            let counters = inner.store.counters();
-            if counters.retiring_segments.load(Ordering::Relaxed) == 0 {
+            if inner.store.counters().retiring_segments() == 0 {
                 break;
             }
             std::thread::sleep(std::time::Duration::from_millis(5));

@@ -3,7 +3,6 @@
 use crate::db::Db;
 use crate::error::Result;
 use kivi_log::{read_header, SegmentKind};
-use std::sync::atomic::Ordering;
 
 /// A snapshot of the store's numbers.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -101,19 +100,17 @@ impl Db {
     pub fn stats(&self) -> Result<Stats> {
         let store = self.store();
         let v = store.current_full();
-        let c = store.counters();
+        let c = store.counters().values();
         let p = store.pager().stats();
         let mut s = Stats {
             pairs: store.pairs(&v)?,
             seq: v.visible_seq,
             buffered_keys: v.buffer.keys() as u64,
             buffered_bytes: v.buffer.bytes(),
-            buffer_merges: c.buffer_merges.load(Ordering::Relaxed),
+            buffer_merges: c.buffer_merges,
             tree_height: v.root.as_ref().map_or(0, |r| u32::from(r.level()) + 1),
-            checkpoint_tree_bytes: c.checkpointed_tree_bytes.load(Ordering::Relaxed),
-            redo_bytes: v
-                .visible_log_bytes
-                .saturating_sub(c.checkpointed_log_bytes.load(Ordering::Relaxed)),
+            checkpoint_tree_bytes: c.checkpointed_tree_bytes,
+            redo_bytes: v.visible_log_bytes.saturating_sub(c.checkpointed_log_bytes),
             cache_bytes: p.cache_bytes,
             cache_capacity: p.cache_capacity,
             resident_bytes: p.resident_bytes,
@@ -123,17 +120,17 @@ impl Db {
             cache_misses: p.misses,
             page_reads: p.page_reads,
             blob_reads: p.blob_reads,
-            group_commits: c.group_commits.load(Ordering::Relaxed),
-            batches: c.batches.load(Ordering::Relaxed),
-            failed_commits: c.failed_commits.load(Ordering::Relaxed),
-            checkpoints: c.checkpoints.load(Ordering::Relaxed),
-            sliced_checkpoints: c.sliced_checkpoints.load(Ordering::Relaxed),
-            failed_checkpoints: c.failed_checkpoints.load(Ordering::Relaxed),
-            write_stalls: c.write_stalls.load(Ordering::Relaxed),
-            write_stall_us: c.write_stall_us.load(Ordering::Relaxed),
-            cleaned_segments: c.cleaned_segments.load(Ordering::Relaxed),
-            cleaner_copied_bytes: c.cleaner_copied_bytes.load(Ordering::Relaxed),
-            retiring_segments: c.retiring_segments.load(Ordering::Relaxed),
+            group_commits: c.group_commits,
+            batches: c.batches,
+            failed_commits: c.failed_commits,
+            checkpoints: c.checkpoints,
+            sliced_checkpoints: c.sliced_checkpoints,
+            failed_checkpoints: c.failed_checkpoints,
+            write_stalls: c.write_stalls,
+            write_stall_us: c.write_stall_us,
+            cleaned_segments: c.cleaned_segments,
+            cleaner_copied_bytes: c.cleaner_copied_bytes,
+            retiring_segments: c.retiring_segments,
             replayed_at_open: store.opened().replayed,
             damage_at_open: store.opened().damage.clone(),
             torn_tail: store

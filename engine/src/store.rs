@@ -242,7 +242,7 @@ impl Store {
             epoch: base.epoch.clone(),
             ..Version::of_tree(a.root, base.visible_seq, pairs, base.visible_log_bytes)
         });
-        self.counters.buffer_merges.fetch_add(1, Ordering::Relaxed);
+        self.counters.buffer_merged();
         let old = self.published.swap(next.clone());
         self.reclaimer.dispose(old);
         Ok(next)
