@@ -10,9 +10,10 @@
 //! cleaner's (`cleaner::plan`).
 
 use crate::backpressure::Backpressure;
-use crate::cleaner::plan::{
-    choose_slice, plan_floor, slice_floor, Plan, PlanInput, SliceCandidate,
-};
+use crate::cleaner::plan::{choose_slice, slice_floor, Plan, SliceCandidate};
+/// Recovery finds the oldest page segment a checkpoint references with it.
+pub(crate) use crate::cleaner::unreferenced_below;
+use crate::cleaner::Cleaner;
 use crate::commit::CommitPath;
 use crate::counters::CheckpointDone;
 use crate::error::{Error, Result};
@@ -45,22 +46,7 @@ struct State {
     generation: u64,
     /// Sequence number of the newest durable checkpoint, if any this session.
     last_seq: Option<u64>,
-    /// The cleaner's line: the next checkpoint copies whatever the tree
-    /// still references in page segments before it. Never moves back.
-    floor: u32,
-    /// Page segments before this hold nothing the newest durable checkpoint
-    /// references (its tree's oldest segment).
-    durable_oldest: u32,
-    /// Page segments no durable checkpoint references any more, each with
-    /// the epochs of the versions that may still read it (every epoch before
-    /// the checkpoint that let it go and still alive then); deleted once all
-    /// of those are gone.
-    retiring: Vec<(Vec<Weak<Epoch>>, SegmentId)>,
-    /// Epochs before the newest checkpoint's that were alive at its end.
-    old_epochs: Vec<Weak<Epoch>>,
-    /// Bytes the last checkpoint wrote: about what the next one will add
-    /// before the segments it frees can go.
-    last_written: Option<u64>,
+    cleaner: Cleaner,
     /// The newest durable root's children (when it is an internal node
     /// written this session), each with the commit its content is as of:
     /// what a sliced checkpoint may keep.
@@ -93,11 +79,7 @@ impl State {
             undeleted: Vec::new(),
             generation: 0,
             last_seq: None,
-            floor: 0,
-            durable_oldest,
-            retiring: Vec::new(),
-            old_epochs: Vec::new(),
-            last_written: None,
+            cleaner: Cleaner::new(durable_oldest),
             root_slices: None,
             replay_from,
             log_at: Vec::new(),
@@ -144,21 +126,6 @@ impl State {
             });
         }
         choose_slice(candidates, now.len(), tree_bytes)
-    }
-
-    /// What the cleaner plans the next checkpoint's cleaning from.
-    fn plan_floor(&self, tree_bytes: u64, log_bytes: u64, max: f64, new_pages: bool) -> Plan {
-        plan_floor(&PlanInput {
-            segments: self.pages.segments(),
-            current: self.pages.current(),
-            floor: self.floor,
-            durable_oldest: self.durable_oldest,
-            last_written: self.last_written,
-            tree_bytes,
-            log_bytes,
-            max,
-            new_pages,
-        })
     }
 }
 
@@ -228,7 +195,7 @@ impl Checkpointer {
         };
         // Only asked when idle: whatever the next checkpoint writes beyond
         // its copies is small.
-        c.plan_for(store, space, false).floor > c.durable_oldest
+        c.plan_for(store, space, false).floor > c.cleaner.durable_oldest()
     }
 
     /// Deletes the page segments no checkpoint references once no version
@@ -239,29 +206,7 @@ impl Checkpointer {
         let Some(c) = guard.as_mut() else {
             return;
         };
-        let counters = store.counters();
-        let mut i = 0;
-        while i < c.retiring.len() {
-            let (epochs, id) = &c.retiring[i];
-            if epochs.iter().any(|e| e.strong_count() > 0) {
-                i += 1;
-                continue;
-            }
-            let id = *id;
-            match store.storage().delete_segment(id) {
-                Ok(()) => {
-                    store.pager().close_segment(id as u32);
-                    c.pages.forget(id);
-                    c.retiring.swap_remove(i);
-                    counters.segment_cleaned();
-                }
-                Err(e) => {
-                    store.note_error(format!("deleting a cleaned page segment: {e}"));
-                    i += 1;
-                }
-            }
-        }
-        counters.set_retiring_segments(c.retiring.len() as u64);
+        c.cleaner.delete_retired(store, &mut c.pages);
     }
 
     /// Takes a checkpoint of the current version. `Ok(false)` when there was
@@ -293,7 +238,7 @@ impl Checkpointer {
         let covered = c.last_seq.unwrap_or(counters.checkpointed_seq());
         let nothing_new = v.seq == covered && v.log_bytes == counters.checkpointed_log_bytes();
         let floor = c.plan_cleaning(store, kind, space, nothing_new)?;
-        if kind != CheckpointKind::Compact && nothing_new && floor <= c.durable_oldest {
+        if kind != CheckpointKind::Compact && nothing_new && floor <= c.cleaner.durable_oldest() {
             return Ok(false);
         }
         c.pages.set_tree_bytes(space.tree);
@@ -327,7 +272,8 @@ impl State {
     /// The cleaner's plan for the next checkpoint, given the store's
     /// `space` (see `cleaner::plan::plan_floor`).
     fn plan_for(&self, store: &Store, space: Space, new_pages: bool) -> Plan {
-        self.plan_floor(
+        self.cleaner.plan(
+            &self.pages,
             space.tree,
             space.log,
             store.opts().space_amplification_max,
@@ -357,10 +303,7 @@ impl State {
                 // Everything written so far is to be copied into a segment
                 // of its own, so every older one can go.
                 self.pages.start_segment()?;
-                self.pages
-                    .current_id()
-                    .map_or(self.floor, |id| id as u32)
-                    .max(self.floor)
+                self.cleaner.compact_floor(&self.pages)
             }
         })
     }
@@ -486,10 +429,9 @@ fn checkpoint_durable(
         .map_or(0, |&(_, bytes)| bytes);
     store.counters().set_replayable_log_from(replayable_from);
     c.delete_obsolete_commit_segments(store, obsolete);
-    c.retire_page_segments(&rec, floor, old_epoch);
-    if kind != CheckpointKind::Compact {
-        c.last_written = Some(stats.bytes - stats.relocated_bytes);
-    }
+    let written = (kind != CheckpointKind::Compact).then(|| stats.bytes - stats.relocated_bytes);
+    c.cleaner
+        .checkpoint_durable(&c.pages, &rec, floor, old_epoch, written);
     store.counters().checkpoint_durable(CheckpointDone {
         sliced: rec.replay_from < rec.seq,
         bytes: stats.bytes,
@@ -610,40 +552,5 @@ impl State {
             })
             .collect();
         Some(slices)
-    }
-
-    /// Page segments the durable tree (of `rec`) no longer uses retire; the
-    /// versions of the epoch before this checkpoint (`old_epoch`) and older
-    /// may still read them.
-    fn retire_page_segments(&mut self, rec: &CheckpointRecord, floor: u32, old_epoch: Weak<Epoch>) {
-        debug_assert!(
-            rec.root.is_none()
-                || rec.replay_from < rec.seq
-                || rec.root_oldest >= floor.min(rec.page_end.segment)
-        );
-        self.floor = self.floor.max(floor);
-        self.durable_oldest = unreferenced_below(rec);
-        let retire: Vec<SegmentId> = self
-            .pages
-            .segments()
-            .range(..u64::from(self.durable_oldest))
-            .map(|(&id, _)| id)
-            .filter(|id| !self.retiring.iter().any(|(_, r)| r == id))
-            .collect();
-        self.old_epochs.retain(|e| e.strong_count() > 0);
-        self.old_epochs.push(old_epoch);
-        let epochs = self.old_epochs.clone();
-        self.retiring
-            .extend(retire.into_iter().map(|id| (epochs.clone(), id)));
-    }
-}
-
-/// Page segments before the returned id hold nothing checkpoint `rec`
-/// references: its tree's oldest segment, or for an empty tree the segment
-/// its page stream ends in (which recovery expects to find).
-pub(crate) fn unreferenced_below(rec: &CheckpointRecord) -> u32 {
-    match rec.root {
-        Some(_) => rec.root_oldest,
-        None => rec.page_end.segment,
     }
 }

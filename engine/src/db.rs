@@ -3,7 +3,8 @@
 use crate::background::{self, Background};
 use crate::backpressure::Backpressure;
 use crate::batch::WriteBatch;
-use crate::checkpointer::{unreferenced_below, CheckpointKind, Checkpointer};
+use crate::checkpointer::{CheckpointKind, Checkpointer};
+use crate::cleaner::unreferenced_below;
 use crate::commit::{CommitPath, Writer};
 use crate::commit_log::CommitLog;
 use crate::counters::Counters;
