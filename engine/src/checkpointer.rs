@@ -29,7 +29,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 
 /// The checkpointer: takes checkpoints, one at a time, and owns what they
-/// leave behind (the page log, the segments retiring).
+/// leave behind (the page log, the cleaner's segments retiring).
 pub(crate) struct Checkpointer {
     /// `None` when read-only. Held for a whole checkpoint.
     state: Mutex<Option<State>>,
@@ -46,6 +46,7 @@ struct State {
     generation: u64,
     /// Sequence number of the newest durable checkpoint, if any this session.
     last_seq: Option<u64>,
+    /// What the cleaner decides from; cleaning is part of a checkpoint.
     cleaner: Cleaner,
     /// The newest durable root's children (when it is an internal node
     /// written this session), each with the commit its content is as of:
