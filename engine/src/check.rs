@@ -14,8 +14,9 @@
 //! A store a crash left behind holds what recovery tolerates (ARCHITECTURE.md,
 //! "Recovery"); each phase says what of that it meets and how it treats it.
 
-use crate::db::{Db, Inner};
+use crate::db::Db;
 use crate::error::Result;
+use crate::store::Store;
 use kivi_log::{
     read_header, scan_segment, CheckpointRecord, CommitRecord, RecordType, ScanEnd, ScannedRecord,
     SegmentHeader, SegmentKind,
@@ -79,16 +80,16 @@ impl Db {
     /// the newest checkpoint (from storage, not the cache), and checks every
     /// invariant. Keeps going after a problem to report them all.
     pub fn check(&self) -> Result<CheckReport> {
-        let inner = self.inner();
+        let inner = self.store();
         // Hold the checkpointer so the page log does not move underneath.
-        let _ckpt = inner.checkpointer.lock();
+        let _ckpt = self.checkpointer().pause();
         let mut report = CheckReport::default();
-        let storage = &inner.storage;
-        let headers = read_headers(storage.as_ref(), inner.store_id, &mut report)?;
+        let storage = inner.storage();
+        let headers = read_headers(storage.as_ref(), inner.store_id(), &mut report)?;
         let newest = check_log(storage.as_ref(), &headers, &mut report)?;
         check_page_segments(storage.as_ref(), &headers, newest, &mut report)?;
         if let Some(c) = newest {
-            check_checkpoint_tree(&inner.pager, c, &mut report);
+            check_checkpoint_tree(inner.pager(), c, &mut report);
         }
         check_current_version(inner, newest, &mut report);
         Ok(report)
@@ -299,17 +300,17 @@ fn check_checkpoint_tree(pager: &Pager, c: CheckpointRecord, report: &mut CheckR
 /// checkpoint's `replay_from`) is in this tree; a tree that fails, or that
 /// holds another count than the version's, is a problem.
 fn check_current_version(
-    inner: &Inner,
+    inner: &Store,
     newest: Option<CheckpointRecord>,
     report: &mut CheckReport,
 ) {
     // A sliced checkpoint's tree is not the version of its `seq` (some
     // slices are older), so its count is never the store's: the current
     // version is checked and counted even when no commit came since.
-    let v = inner.published.load_full();
+    let v = inner.current_full();
     if newest.is_none_or(|c| c.seq != v.seq || c.replay_from != c.seq) {
         if let Some(root) = &v.root {
-            let t = check_tree(&inner.pager, root);
+            let t = check_tree(inner.pager(), root);
             report.problems.extend(
                 t.problems
                     .into_iter()

@@ -1,56 +1,42 @@
-//! Checkpoints, and the background thread that takes them.
+//! Checkpoints: the checkpointer's state and the taking of one.
 //!
 //! A checkpoint writes the tree nodes that changed since the last one to the
 //! page log, syncs them, then commits a checkpoint record naming the new root
 //! through the ordinary commit pipeline. Once that record is durable, the
 //! commit segments holding only older commits are deleted and the written
 //! nodes are handed to the page cache. It runs beside writers (it works on a
-//! published, immutable version) and never blocks readers.
-//!
-//! The background thread takes one when the commit log has grown by
-//! `Options::checkpoint_bytes` since the last, when the store has been idle a
-//! second with a sixteenth of that pending, and once more at close when the
-//! backlog is worth it (1 MiB, or 8 commit segments to retire).
+//! published, immutable version) and never blocks readers. When to take one
+//! is the background thread's call (`background`); what to clean, the
+//! cleaner's (`cleaner::plan`).
 
-use crate::checkpoint_format::unreferenced_below;
-use crate::db::Inner;
+use crate::backpressure::Backpressure;
+use crate::cleaner::plan::{choose_slice, slice_floor, Plan, SliceCandidate};
+use crate::cleaner::Cleaner;
+use crate::commit::CommitPath;
+use crate::counters::CheckpointDone;
 use crate::error::{Error, Result};
 use crate::page_log::PageLog;
 use crate::pipeline::{Reply, Request};
-use crate::version::Epoch;
+use crate::store::Store;
+use crate::version::{Epoch, Version};
 use kivi_log::CheckpointRecord;
 use kivi_storage::SegmentId;
-use kivi_tree::{root_children, write_tree, DiskRef, TreeWrite, WriteStats};
-use parking_lot::{Condvar, Mutex};
+use kivi_tree::{root_children, write_tree, DiskRef, Pager, TreeWrite, WriteStats};
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
 
-/// How often the background thread looks at the store when nothing wakes it.
-const TICK: Duration = Duration::from_millis(200);
-/// Quiet time after which a smaller backlog is checkpointed.
-const IDLE_MS: u64 = 1000;
-/// Milliseconds without commits after which the write buffer is merged
-/// into the tree.
-const BUFFER_IDLE_MS: u64 = 20;
-/// A store closing with at least this much commit log since the last
-/// checkpoint takes one more checkpoint.
-const FINAL_CHECKPOINT_MIN_BYTES: u64 = 1 << 20;
-/// ... or with at least this many commit segments to retire.
-const FINAL_CHECKPOINT_MIN_SEGMENTS: usize = 8;
-/// Pause after a failed checkpoint before trying again.
-const RETRY_PAUSE: Duration = Duration::from_secs(1);
-/// Writers wait while unwritten changes pass this many write buffers: one
-/// being written by a checkpoint, one gathering beside it.
-const WRITE_STALL_FACTOR: u64 = 2;
-/// The longest one write waits for the write buffer to drain.
-const MAX_WRITE_STALL: Duration = Duration::from_secs(1);
-/// How often a waiting writer looks again without a signal.
-const WRITE_STALL_STEP: Duration = Duration::from_millis(10);
-
+/// The checkpointer: takes checkpoints, one at a time, and owns what they
+/// leave behind (the page log, the cleaner's segments retiring).
 pub(crate) struct Checkpointer {
+    /// `None` when read-only. Held for a whole checkpoint.
+    state: Mutex<Option<State>>,
+    /// The page segment being written and its length (see `PageLog`).
+    page_appending: Arc<Mutex<Option<(SegmentId, u64)>>>,
+}
+
+/// What the checkpointer keeps between checkpoints.
+struct State {
     pages: PageLog,
     /// Obsolete commit segments whose deletion failed, oldest first; retried
     /// before newer ones, so that what remains is always the log's oldest.
@@ -58,22 +44,8 @@ pub(crate) struct Checkpointer {
     generation: u64,
     /// Sequence number of the newest durable checkpoint, if any this session.
     last_seq: Option<u64>,
-    /// The cleaner's line: the next checkpoint copies whatever the tree
-    /// still references in page segments before it. Never moves back.
-    floor: u32,
-    /// Page segments before this hold nothing the newest durable checkpoint
-    /// references (its tree's oldest segment).
-    durable_oldest: u32,
-    /// Page segments no durable checkpoint references any more, each with
-    /// the epochs of the versions that may still read it (every epoch before
-    /// the checkpoint that let it go and still alive then); deleted once all
-    /// of those are gone.
-    retiring: Vec<(Vec<Weak<Epoch>>, SegmentId)>,
-    /// Epochs before the newest checkpoint's that were alive at its end.
-    old_epochs: Vec<Weak<Epoch>>,
-    /// Bytes the last checkpoint wrote: about what the next one will add
-    /// before the segments it frees can go.
-    last_written: Option<u64>,
+    /// What the cleaner decides from; cleaning is part of a checkpoint.
+    cleaner: Cleaner,
     /// The newest durable root's children (when it is an internal node
     /// written this session), each with the commit its content is as of:
     /// what a sliced checkpoint may keep.
@@ -86,7 +58,7 @@ pub(crate) struct Checkpointer {
     log_at: Vec<(u64, u64)>,
 }
 
-/// A child of the durable root (see `Checkpointer::root_slices`).
+/// A child of the durable root (see `State::root_slices`).
 #[derive(Debug, Clone)]
 struct RootSlice {
     /// The separator its key range starts at (`None` for the first); the
@@ -99,21 +71,14 @@ struct RootSlice {
     since: u32,
 }
 
-/// A sliced checkpoint writes about this share of the tree's changes.
-const SLICES: u64 = 4;
-
-impl Checkpointer {
-    pub fn new(pages: PageLog, durable_oldest: u32, replay_from: u64) -> Self {
-        Checkpointer {
+impl State {
+    fn new(pages: PageLog, durable_oldest: u32, replay_from: u64) -> Self {
+        State {
             pages,
             undeleted: Vec::new(),
             generation: 0,
             last_seq: None,
-            floor: 0,
-            durable_oldest,
-            retiring: Vec::new(),
-            old_epochs: Vec::new(),
-            last_written: None,
+            cleaner: Cleaner::new(durable_oldest),
             root_slices: None,
             replay_from,
             log_at: Vec::new(),
@@ -127,7 +92,7 @@ impl Checkpointer {
     /// (write everything) without a previous root to take pages from.
     fn plan_slice(
         &self,
-        pager: &kivi_tree::Pager,
+        pager: &Pager,
         root: &kivi_tree::Node,
         tree_bytes: u64,
     ) -> Vec<Option<DiskRef>> {
@@ -141,7 +106,7 @@ impl Checkpointer {
         let by_low: HashMap<&Option<Vec<u8>>, usize> =
             prev.iter().enumerate().map(|(j, p)| (&p.low, j)).collect();
         // Changed children whose key range the previous root had too.
-        let mut candidates: Vec<(u64, usize, DiskRef)> = Vec::new();
+        let mut candidates = Vec::new();
         for (i, (low, page)) in now.iter().enumerate() {
             if page.is_some() {
                 continue;
@@ -152,142 +117,25 @@ impl Checkpointer {
             if prev_high(j) != now_high(i) {
                 continue;
             }
-            candidates.push((prev[j].seq, i, prev[j].page));
+            candidates.push(SliceCandidate {
+                seq: prev[j].seq,
+                child: i,
+                page: prev[j].page,
+                subtree: prev[j].page.subtree,
+            });
         }
-        candidates.sort_unstable_by_key(|&(seq, i, _)| (seq, i));
-        let mut keep = vec![None; now.len()];
-        let mut written = 0u64;
-        for (_, i, page) in candidates {
-            if written < tree_bytes / SLICES {
-                written += page.subtree;
-            } else {
-                keep[i] = Some(page);
-            }
-        }
-        keep
-    }
-
-    /// Bytes of the page segments the durable tree may still use.
-    fn page_bytes(&self) -> u64 {
-        self.pages
-            .segments()
-            .range(u64::from(self.durable_oldest)..)
-            .map(|(_, len)| len)
-            .sum()
-    }
-
-    /// Where the next checkpoint should clean up to. The store's files are
-    /// to stay within `max` times its live bytes. The files are the page
-    /// segments, the commit log (`log_bytes`) and, until the checkpoint is
-    /// durable and the segments it frees are deleted, what this checkpoint
-    /// and the next write (each estimated by what the last one wrote, at most the tree's
-    /// size, nothing before the first; nothing when there is nothing new to write, `new_pages`
-    /// false, or a cleaning-only checkpoint would see its own copies as
-    /// the next one's and clean forever). The live bytes are taken as the tree's alone (`tree_bytes`):
-    /// the commit log since the last checkpoint is live too (`stats`
-    /// counts it), but a checkpoint retires it, after which the files must
-    /// still fit. While all that fits, the floor stays; otherwise it moves
-    /// past the oldest page segments, as many as the excess needs, at most
-    /// `CLEAN_STEP_BYTES` or the tree's size of them per checkpoint (at
-    /// least one), never into the segment being written.
-    fn plan_floor(&self, tree_bytes: u64, log_bytes: u64, max: f64, new_pages: bool) -> Plan {
-        let keep = Plan {
-            floor: self.floor,
-            close_current: false,
-        };
-        // A tenth of headroom: the estimates (what checkpoints will write,
-        // the commit log meanwhile) are rough, and the files must stay
-        // under the target, not reach it.
-        let allowed = (tree_bytes as f64 * max * PLAN_HEADROOM) as u64;
-        // Unknown before the first checkpoint of a session: then only what
-        // is over the target now is cleaned (guessing the tree's size would
-        // copy a whole clean tree at the first checkpoint after every open).
-        let coming = if new_pages {
-            self.last_written.unwrap_or(0).min(tree_bytes)
-        } else {
-            0
-        };
-        // Nothing is deleted until the checkpoint is durable, and the
-        // segments kept now must leave room for the next checkpoint's
-        // writes too: a few live pages left in every old segment (after
-        // uniform random updates, ~0.3% of leaves between two checkpoints)
-        // keep them all, so they cannot be counted on to die by themselves.
-        let mut total = self.page_bytes() + log_bytes + 2 * coming;
-        if total <= allowed {
-            return keep;
-        }
-        let current = self.pages.current();
-        let mut floor = self.floor.max(self.durable_oldest);
-        let mut step = 0u64;
-        // What a checkpoint copies is the live part of the segments it
-        // cleans, usually small (the rest died as checkpoints rewrote it);
-        // the step bounds that at twice the tree's size, so the cleaner gets
-        // ahead of checkpoints that rewrite most of a large tree (with one
-        // tree's worth it only kept pace, at two trees on disk).
-        let step_max = CLEAN_STEP_BYTES.max(2 * tree_bytes);
-        for (&id, &len) in self.pages.segments().range(u64::from(floor)..) {
-            if current.is_some_and(|c| c.0 == id) {
-                // Everything older is cleaned and it is still too much: the
-                // segment being written holds much of it (a store smaller
-                // than a segment holds everything there). Close it so it
-                // can be cleaned too, if it is worth it.
-                if step == 0 && total > allowed && len >= (allowed / 4).max(CLOSE_MIN_BYTES) {
-                    return Plan {
-                        floor: id as u32 + 1,
-                        close_current: true,
-                    };
-                }
-                break;
-            }
-            if total <= allowed || (step > 0 && step + len > step_max) {
-                break;
-            }
-            total -= len;
-            step += len;
-            floor = id as u32 + 1;
-        }
-        Plan {
-            floor: floor.max(self.floor),
-            close_current: false,
-        }
+        choose_slice(candidates, now.len(), tree_bytes)
     }
 }
-
-/// The cleaner plans to keep the files within this share of the target.
-const PLAN_HEADROOM: f64 = 0.9;
-
-/// What the next checkpoint cleans: the records before `floor`, after
-/// closing the segment being written if `close_current` (the floor then
-/// lies just past it: the next segment is where the copies go).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Plan {
-    floor: u32,
-    close_current: bool,
-}
-
-/// The segment being written is closed for cleaning only when it holds at
-/// least this much (and a quarter of what the files may take).
-const CLOSE_MIN_BYTES: u64 = 1 << 20;
-
-/// The commit log is retired early (a checkpoint before `checkpoint_bytes`)
-/// once it takes a quarter of the room the space target leaves beside the
-/// tree (sliced checkpoints keep the commits since their oldest slice), but
-/// never for less than this.
-pub(crate) const EARLY_CHECKPOINT_MIN_BYTES: u64 = 256 << 10;
 
 /// Space figures the cleaner plans with.
 #[derive(Debug, Clone, Copy)]
-struct Space {
+pub(crate) struct Space {
     /// The durable tree.
-    tree: u64,
+    pub tree: u64,
     /// The commit log's files.
-    log: u64,
+    pub log: u64,
 }
-
-/// Most bytes of page segments one checkpoint cleans, unless twice the tree
-/// is more (then that) or a single segment is: bounds the extra work,
-/// and the memory of the relocation map, each checkpoint carries.
-const CLEAN_STEP_BYTES: u64 = 64 << 20;
 
 /// What a checkpoint is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -305,569 +153,403 @@ pub(crate) enum CheckpointKind {
     Compact,
 }
 
-#[derive(Default)]
-struct BgState {
-    stop: bool,
-    wake: bool,
+/// Live bytes as `stats` counts them (the durable tree plus the commit
+/// log since) and the bytes of the commit log.
+pub(crate) fn space_now(store: &Store, commit: &CommitPath) -> Space {
+    let tree = store.counters().checkpointed_tree_bytes();
+    let log = commit.log_bytes();
+    Space { tree, log }
 }
 
-#[derive(Default)]
-pub(crate) struct Background {
-    state: Mutex<BgState>,
-    cond: Condvar,
-    /// Signalled after each background checkpoint: writers held back by a
-    /// full write buffer (`Inner::wait_for_write_buffer`) look again.
-    written: Condvar,
-    thread: Mutex<Option<JoinHandle<Result<()>>>>,
-}
-
-impl Background {
-    pub fn start(inner: &Arc<Inner>) {
-        let me = inner.clone();
-        let handle = std::thread::Builder::new()
-            .name("kivi-checkpoint".into())
-            .spawn(move || run(&me))
-            .expect("spawn checkpoint thread");
-        *inner.background.thread.lock() = Some(handle);
-    }
-
-    pub fn wake(&self) {
-        let mut st = self.state.lock();
-        st.wake = true;
-        self.cond.notify_one();
-    }
-
-    /// Wakes the thread and waits until it finishes a checkpoint, or
-    /// `at_most` passes, or it is stopping.
-    pub fn wait_written(&self, at_most: Duration) {
-        let mut st = self.state.lock();
-        if st.stop {
-            return;
-        }
-        st.wake = true;
-        self.cond.notify_one();
-        self.written.wait_for(&mut st, at_most);
-    }
-
-    fn notify_written(&self) {
-        let _st = self.state.lock();
-        self.written.notify_all();
-    }
-
-    /// Stops the thread and returns the result of its final checkpoint.
-    pub fn stop(&self) -> Option<Result<()>> {
-        {
-            let mut st = self.state.lock();
-            st.stop = true;
-            self.cond.notify_one();
-        }
-        let handle = self.thread.lock().take()?;
-        Some(handle.join().unwrap_or(Err(Error::Closed)))
-    }
-}
-
-fn run(inner: &Inner) -> Result<()> {
-    loop {
-        {
-            let mut st = inner.background.state.lock();
-            if !st.stop && !st.wake {
-                // Soon after writes pause, the write buffer is merged so
-                // that reads no longer look through it.
-                let tick = match inner.published.load().buffer.is_empty() {
-                    true => TICK,
-                    false => Duration::from_millis(BUFFER_IDLE_MS),
-                };
-                inner.background.cond.wait_for(&mut st, tick);
-            }
-            if st.stop {
-                break;
-            }
-            st.wake = false;
-        }
-        let v = inner.published.load();
-        let redo = v.log_bytes.saturating_sub(
-            inner
-                .counters
-                .checkpointed_log_bytes
-                .load(Ordering::Relaxed),
-        );
-        // What recovery would replay: a sliced checkpoint retires only the
-        // commits its oldest kept slice holds, so `checkpoint_bytes` bounds
-        // this (and so recovery time), not the log since the last one.
-        let replayable = v
-            .log_bytes
-            .saturating_sub(inner.counters.replayable_log_from.load(Ordering::Relaxed));
-        drop(v);
-        let quiet_ms = inner
-            .now_ms()
-            .saturating_sub(inner.counters.last_commit_ms.load(Ordering::Relaxed));
-        let idle = quiet_ms >= IDLE_MS;
-        if quiet_ms >= BUFFER_IDLE_MS {
-            inner.merge_idle_buffer();
-        }
-        let due = replayable >= inner.opts.checkpoint_bytes
-            || inner.write_buffer_full()
-            || (idle && redo >= inner.opts.checkpoint_bytes / 16)
-            || (idle && inner.cleaning_wanted())
-            || (redo >= EARLY_CHECKPOINT_MIN_BYTES && inner.log_over_target(inner.space_now().log));
-        // Checkpoints for the commit log's growth or for memory go a slice
-        // at a time (memory: each slice frees what it writes, and the next
-        // follows while the buffer is full); when idle, every change.
-        let kind = if idle {
-            CheckpointKind::Regular
-        } else {
-            CheckpointKind::Slice
-        };
-        if due {
-            let result = inner.run_checkpoint(kind);
-            inner.background.notify_written();
-            if result.is_err() {
-                let mut st = inner.background.state.lock();
-                if !st.stop {
-                    inner.background.cond.wait_for(&mut st, RETRY_PAUSE);
-                }
-            }
-        }
-        inner.delete_retired();
-    }
-    // A last checkpoint, so that the next open has little to replay. Not
-    // for a small backlog, though: each checkpoint starts a page segment, and
-    // a store opened for a single write (`kivi put`) would otherwise gain a
-    // file per run. Replaying a small backlog is quick.
-    let v = inner.published.load();
-    let checkpointed = inner
-        .counters
-        .checkpointed_log_bytes
-        .load(Ordering::Relaxed);
-    let pending = v.visible_log_bytes.saturating_sub(checkpointed);
-    drop(v);
-    let segments = inner
-        .writer
-        .lock()
-        .as_ref()
-        .map_or(0, |w| w.log.segment_count());
-    if pending >= FINAL_CHECKPOINT_MIN_BYTES
-        || (pending > 0 && segments >= FINAL_CHECKPOINT_MIN_SEGMENTS)
-    {
-        inner.run_checkpoint(CheckpointKind::Regular)?;
-    }
-    inner.delete_retired();
-    Ok(())
-}
-
-impl Inner {
-    /// Live bytes as `stats` counts them (the durable tree plus the commit
-    /// log since) and the bytes of the commit log.
-    fn space_now(&self) -> Space {
-        let tree = self
-            .counters
-            .checkpointed_tree_bytes
-            .load(Ordering::Relaxed);
-        let log = self.writer.lock().as_ref().map_or(0, |w| w.log.bytes());
-        Space { tree, log }
-    }
-
-    fn plan_floor(&self, c: &Checkpointer, space: Space, new_pages: bool) -> Plan {
-        c.plan_floor(
-            space.tree,
-            space.log,
-            self.opts.space_amplification_max,
-            new_pages,
-        )
-    }
-
-    /// Merges the write buffer into the tree if no commit came for
-    /// `BUFFER_IDLE_MS`; a failure is left for the next commit to report.
-    fn merge_idle_buffer(&self) {
-        // Idle stores tick here too: no writer lock for an empty buffer.
-        if self.published.load().buffer.is_empty() {
-            return;
-        }
-        let _writer = self.writer.lock();
-        let v = self.published.load_full();
-        if v.buffer.is_empty() || !self.merge_has_room(&v) {
-            return;
-        }
-        if let Err(e) = self.merge_buffer(&v, true) {
-            *self.last_error.lock() = Some(format!("merging the write buffer: {e}"));
+impl Checkpointer {
+    /// `pages`: the page log, `None` when read-only; `durable_oldest` and
+    /// `replay_from`: of the newest durable checkpoint (see `State`).
+    pub fn new(pages: Option<PageLog>, durable_oldest: u32, replay_from: u64) -> Checkpointer {
+        let page_appending = pages.as_ref().map(PageLog::appending).unwrap_or_default();
+        Checkpointer {
+            state: Mutex::new(pages.map(|p| State::new(p, durable_oldest, replay_from))),
+            page_appending,
         }
     }
 
-    /// Memory held by changes no checkpoint has written yet: the tree's,
-    /// and the write buffer's (which a merge turns into the tree's).
-    fn unwritten_bytes(&self) -> u64 {
-        self.pager.dirty_bytes() + self.published.load().buffer.bytes()
+    /// The page segment being written and the bytes appended to it, without
+    /// waiting for a checkpoint in progress.
+    pub fn page_appending(&self) -> Option<(SegmentId, u64)> {
+        *self.page_appending.lock()
     }
 
-    /// Whether the changes not yet written by a checkpoint hold as much
-    /// memory as `write_buffer_bytes` allows.
-    pub(crate) fn write_buffer_full(&self) -> bool {
-        self.pager.dirty_bytes() >= self.opts.write_buffer_bytes
-    }
-
-    /// Holds a writer back while the changes not yet written by a
-    /// checkpoint pass `WRITE_STALL_FACTOR` times the write buffer, until
-    /// background checkpoints bring them under it or `MAX_WRITE_STALL`
-    /// passes. Without it, writers that outrun the checkpoints gathered
-    /// changes without bound: random updates on a 10M-pair store held 3.5x
-    /// a 64 MiB write buffer (docs/benchmarks.md, "Memory"). The wait is
-    /// bounded so that a checkpoint that keeps failing (a full disk) turns
-    /// into slow writes that report their own errors, not a hang.
-    pub(crate) fn wait_for_write_buffer(&self) {
-        let limit = self
-            .opts
-            .write_buffer_bytes
-            .saturating_mul(WRITE_STALL_FACTOR);
-        if self.unwritten_bytes() < limit {
-            return;
-        }
-        let start = Instant::now();
-        self.counters.write_stalls.fetch_add(1, Ordering::Relaxed);
-        while self.unwritten_bytes() >= limit && !self.closed.load(Ordering::Acquire) {
-            let left = MAX_WRITE_STALL.saturating_sub(start.elapsed());
-            if left.is_zero() {
-                break;
-            }
-            self.background.wait_written(left.min(WRITE_STALL_STEP));
-        }
-        self.counters
-            .write_stall_us
-            .fetch_add(start.elapsed().as_micros() as u64, Ordering::Relaxed);
-    }
-
-    /// Whether the commit log, `log_bytes` long, takes so much of the room
-    /// the space target leaves beside the tree that it should be retired now.
-    /// Never before there is a durable tree to measure it against: until
-    /// then the log is all the store holds (its amplification is 1), and
-    /// `checkpoint_bytes` alone decides. (An early checkpoint at 256 KiB of
-    /// a fresh store also raced explicit ones, which made tests that expect
-    /// only their own checkpoints flaky.)
-    pub(crate) fn log_over_target(&self, log_bytes: u64) -> bool {
-        let tree = self
-            .counters
-            .checkpointed_tree_bytes
-            .load(Ordering::Relaxed);
-        if tree == 0 {
-            return false;
-        }
-        let room = (tree as f64 * (self.opts.space_amplification_max - 1.0) / 4.0) as u64;
-        log_bytes > room.max(EARLY_CHECKPOINT_MIN_BYTES)
+    /// Holds off checkpoints (and so keeps the page log still) while the
+    /// returned guard lives.
+    pub fn pause(&self) -> impl Sized + '_ {
+        self.state.lock()
     }
 
     /// Whether the files are over the space target and a checkpoint could
     /// clean some of it away.
-    fn cleaning_wanted(&self) -> bool {
-        let space = self.space_now();
-        let guard = self.checkpointer.lock();
+    pub fn cleaning_wanted(&self, store: &Store, commit: &CommitPath) -> bool {
+        let space = space_now(store, commit);
+        let guard = self.state.lock();
         let Some(c) = guard.as_ref() else {
             return false;
         };
         // Only asked when idle: whatever the next checkpoint writes beyond
         // its copies is small.
-        self.plan_floor(c, space, false).floor > c.durable_oldest
+        c.plan_for(store, space, false).floor > c.cleaner.durable_oldest()
     }
 
     /// Deletes the page segments no checkpoint references once no version
     /// that could read them is left. Oldest first is not needed here: page
     /// segments are found by listing, not by a chain.
-    pub(crate) fn delete_retired(&self) {
-        let mut guard = self.checkpointer.lock();
+    pub fn delete_retired(&self, store: &Store) {
+        let mut guard = self.state.lock();
         let Some(c) = guard.as_mut() else {
             return;
         };
-        let mut i = 0;
-        while i < c.retiring.len() {
-            let (epochs, id) = &c.retiring[i];
-            if epochs.iter().any(|e| e.strong_count() > 0) {
-                i += 1;
-                continue;
-            }
-            let id = *id;
-            match self.storage.delete_segment(id) {
-                Ok(()) => {
-                    self.pager.close_segment(id as u32);
-                    c.pages.forget(id);
-                    c.retiring.swap_remove(i);
-                    self.counters
-                        .cleaned_segments
-                        .fetch_add(1, Ordering::Relaxed);
-                }
-                Err(e) => {
-                    *self.last_error.lock() = Some(format!("deleting a cleaned page segment: {e}"));
-                    i += 1;
-                }
-            }
-        }
-        self.counters
-            .retiring_segments
-            .store(c.retiring.len() as u64, Ordering::Relaxed);
+        c.cleaner.delete_retired(store, &mut c.pages);
     }
 
     /// Takes a checkpoint of the current version. `Ok(false)` when there was
     /// nothing to do: nothing new to write and nothing to clean.
-    pub(crate) fn run_checkpoint(&self, kind: CheckpointKind) -> Result<bool> {
-        let space = self.space_now();
-        let mut guard = self.checkpointer.lock();
+    ///
+    /// The phases, in order: take the version
+    /// (`CommitPath::version_to_checkpoint`), plan what to clean
+    /// (`plan_cleaning`) and what to write (`plan_writing`), write and sync
+    /// the pages, then commit the record through the pipeline
+    /// (`write_and_commit`), and once it is durable retire what it made
+    /// obsolete (`checkpoint_durable`).
+    pub fn run(
+        &self,
+        store: &Store,
+        commit: &CommitPath,
+        bp: &Backpressure,
+        kind: CheckpointKind,
+    ) -> Result<bool> {
+        let space = space_now(store, commit);
+        let mut guard = self.state.lock();
         let Some(c) = guard.as_mut() else {
             return Err(Error::ReadOnly);
         };
-        // The version to write, taken while no commit is in progress, and
-        // the commit log told to start a new segment after it: once this
-        // checkpoint is durable, every older commit segment can go.
-        let v = {
-            let mut writer = self.writer.lock();
-            if let Some(w) = writer.as_mut() {
-                w.log.roll_before_next();
-            }
-            let v = self.published.load_full();
-            // A checkpoint asked for (or an idle one) covers every commit:
-            // the write buffer goes into the tree first. Slices, taken while
-            // writes go on, leave it to fill.
-            match kind {
-                CheckpointKind::Slice => v,
-                CheckpointKind::Regular | CheckpointKind::Compact => {
-                    self.merge_buffer(&v, false)?
-                }
+        // A checkpoint asked for (or an idle one) covers every commit:
+        // the write buffer goes into the tree first. Slices, taken while
+        // writes go on, leave it to fill.
+        let v = commit.version_to_checkpoint(store, kind != CheckpointKind::Slice)?;
+        let counters = store.counters();
+        let covered = c.last_seq.unwrap_or(counters.checkpointed_seq());
+        let nothing_new = v.seq == covered && v.log_bytes == counters.checkpointed_log_bytes();
+        let floor = c.plan_cleaning(store, kind, space, nothing_new)?;
+        if kind != CheckpointKind::Compact && nothing_new && floor <= c.cleaner.durable_oldest() {
+            return Ok(false);
+        }
+        c.pages.set_tree_bytes(space.tree);
+        let writing = c.plan_writing(store.pager(), &v, kind, space.tree, floor)?;
+        c.generation += 1;
+        let generation = c.generation;
+        let mut stats = WriteStats::default();
+        let done = match write_and_commit(
+            store, commit, bp, c, &v, kind, generation, &writing, &mut stats,
+        ) {
+            Ok(done) => done,
+            Err(e) => {
+                // Marks it left on nodes later checkpoints keep must never
+                // be taken for durable places.
+                store.pager().set_failed_generation(generation);
+                c.pages.checkpoint_failed();
+                counters.checkpoint_failed();
+                store.note_error(format!("checkpoint failed: {e}"));
+                return Err(e);
             }
         };
-        let covered = c
-            .last_seq
-            .unwrap_or(self.counters.checkpointed_seq.load(Ordering::Relaxed));
-        let nothing_new = v.seq == covered
-            && v.log_bytes == self.counters.checkpointed_log_bytes.load(Ordering::Relaxed);
-        let floor = match kind {
+        checkpoint_durable(store, c, &v, kind, generation, writing.floor, done, &stats);
+        drop(v);
+        drop(guard);
+        self.delete_retired(store);
+        Ok(true)
+    }
+}
+
+impl State {
+    /// The cleaner's plan for the next checkpoint, given the store's
+    /// `space` (see `cleaner::plan::plan_floor`).
+    fn plan_for(&self, store: &Store, space: Space, new_pages: bool) -> Plan {
+        self.cleaner.plan(
+            &self.pages,
+            space.tree,
+            space.log,
+            store.opts().space_amplification_max,
+            new_pages,
+        )
+    }
+
+    /// The cleaner's floor for this checkpoint (see `cleaner::plan`),
+    /// closing or starting the page segment being written when the plan
+    /// (or compaction) asks for it.
+    fn plan_cleaning(
+        &mut self,
+        store: &Store,
+        kind: CheckpointKind,
+        space: Space,
+        nothing_new: bool,
+    ) -> Result<u32> {
+        Ok(match kind {
             CheckpointKind::Regular | CheckpointKind::Slice => {
-                let plan = self.plan_floor(c, space, !nothing_new);
+                let plan = self.plan_for(store, space, !nothing_new);
                 if plan.close_current {
-                    c.pages.finish_segment()?;
+                    self.pages.finish_segment()?;
                 }
                 plan.floor
             }
             CheckpointKind::Compact => {
                 // Everything written so far is to be copied into a segment
                 // of its own, so every older one can go.
-                c.pages.start_segment()?;
-                c.pages
-                    .current_id()
-                    .map_or(c.floor, |id| id as u32)
-                    .max(c.floor)
+                self.pages.start_segment()?;
+                self.cleaner.compact_floor(&self.pages)
             }
-        };
-        if kind != CheckpointKind::Compact && nothing_new && floor <= c.durable_oldest {
-            return Ok(false);
+        })
+    }
+
+    /// Deletes the commit segments a durable checkpoint made obsolete (and
+    /// any whose deletion failed before), oldest first, stopping at a
+    /// failure: deleting a newer segment while an older one stays would
+    /// leave a gap in the log's chain.
+    fn delete_obsolete_commit_segments(&mut self, store: &Store, obsolete: Vec<SegmentId>) {
+        self.undeleted.extend(obsolete);
+        while let Some(&id) = self.undeleted.first() {
+            if let Err(e) = store.storage().delete_segment(id) {
+                store.note_error(format!("deleting an obsolete commit segment: {e}"));
+                break;
+            }
+            self.undeleted.remove(0);
         }
-        c.pages.set_tree_bytes(space.tree);
+    }
+}
+
+/// Writes the tree's changed pages (those `writing` does not keep) and
+/// syncs them, then commits the checkpoint record through the commit
+/// pipeline and waits until it is durable.
+#[allow(clippy::too_many_arguments)]
+fn write_and_commit(
+    store: &Store,
+    commit: &CommitPath,
+    bp: &Backpressure,
+    c: &mut State,
+    v: &Version,
+    kind: CheckpointKind,
+    generation: u64,
+    writing: &Writing,
+    stats: &mut WriteStats,
+) -> Result<Committed> {
+    let written = match &v.root {
+        Some(r) => write_tree(
+            store.pager(),
+            r,
+            generation,
+            writing.floor,
+            &writing.keep,
+            &mut c.pages,
+            stats,
+        )?,
+        None => TreeWrite::default(),
+    };
+    c.pages.sync()?;
+    let root = written.root;
+    let slices = c.root_slices_after(store.pager(), v, writing, &written);
+    let replay_from = slices
+        .as_ref()
+        .and_then(|s| s.iter().map(|s| s.seq).min())
+        .unwrap_or(v.seq);
+    let rec = CheckpointRecord {
+        seq: v.seq,
+        replay_from,
+        // Set by the leader when it appends the record.
+        log_seq: v.seq,
+        root: root.map(|d| d.page),
+        root_level: v.root.as_ref().map_or(0, |r| r.level()),
+        page_end: c.pages.end(),
+        pairs: v.pairs,
+        tree_bytes: root.map_or(0, |d| d.subtree),
+        root_oldest: root.map_or(0, |d| d.oldest),
+    };
+    match commit.submit(
+        store,
+        bp,
+        Request::Checkpoint {
+            record: rec,
+            generation,
+            moved: Box::new(written),
+            fresh_segment: kind == CheckpointKind::Compact,
+        },
+    )? {
+        Reply::Checkpoint {
+            obsolete,
+            old_epoch,
+        } => Ok(Committed {
+            rec,
+            obsolete,
+            old_epoch,
+            slices,
+        }),
+        Reply::Write(_) => unreachable!("checkpoint answered as a write"),
+    }
+}
+
+/// After the checkpoint's record is durable: its pages are the durable
+/// ones, the commit segments before its `replay_from` are deleted, the
+/// page segments it no longer references retire, and it is counted.
+#[allow(clippy::too_many_arguments)]
+fn checkpoint_durable(
+    store: &Store,
+    c: &mut State,
+    v: &Version,
+    kind: CheckpointKind,
+    generation: u64,
+    floor: u32,
+    done: Committed,
+    stats: &WriteStats,
+) {
+    let Committed {
+        rec,
+        obsolete,
+        old_epoch,
+        slices,
+    } = done;
+    store.pager().set_durable_generation(generation);
+    c.pages.checkpoint_durable();
+    c.last_seq = Some(rec.seq);
+    c.root_slices = slices;
+    c.replay_from = rec.replay_from;
+    c.log_at.push((v.seq, v.log_bytes));
+    c.log_at.retain(|&(seq, _)| seq >= rec.replay_from);
+    // Before any checkpoint of this session the count starts at the
+    // open, whose replay started at the record's `replay_from`.
+    let replayable_from = c
+        .log_at
+        .iter()
+        .find(|&&(seq, _)| seq == rec.replay_from)
+        .map_or(0, |&(_, bytes)| bytes);
+    store.counters().set_replayable_log_from(replayable_from);
+    c.delete_obsolete_commit_segments(store, obsolete);
+    let written = (kind != CheckpointKind::Compact).then(|| stats.bytes - stats.relocated_bytes);
+    c.cleaner
+        .checkpoint_durable(&c.pages, &rec, floor, old_epoch, written);
+    store.counters().checkpoint_durable(CheckpointDone {
+        sliced: rec.replay_from < rec.seq,
+        bytes: stats.bytes,
+        copied_bytes: stats.relocated_bytes,
+        log_bytes: v.log_bytes,
+        tree_bytes: rec.tree_bytes,
+        seq: rec.seq,
+    });
+}
+
+/// What a checkpoint writes (see `State::plan_writing`).
+struct Writing {
+    /// Per root child, the previous page a slice keeps (`None`: written);
+    /// empty when everything changed is written.
+    keep: Vec<Option<DiskRef>>,
+    /// Records before this page segment are copied (cleaned).
+    floor: u32,
+    /// The page segment the checkpoint's writes start in.
+    first_segment: u32,
+}
+
+/// A checkpoint whose record is durable, and what its commit answered.
+struct Committed {
+    rec: CheckpointRecord,
+    obsolete: Vec<SegmentId>,
+    old_epoch: Weak<Epoch>,
+    slices: Option<Vec<RootSlice>>,
+}
+
+impl State {
+    /// What the checkpoint of `v` writes: for a slice, the root children
+    /// it keeps and its cleaning line (see `slice_floor`); otherwise
+    /// everything changed, cleaning up to `floor`.
+    fn plan_writing(
+        &mut self,
+        pager: &Pager,
+        v: &Version,
+        kind: CheckpointKind,
+        tree_bytes: u64,
+        floor: u32,
+    ) -> Result<Writing> {
         let keep = match (&v.root, kind) {
-            (Some(r), CheckpointKind::Slice) => c.plan_slice(&self.pager, r, space.tree),
+            (Some(r), CheckpointKind::Slice) => self.plan_slice(pager, r, tree_bytes),
             _ => Vec::new(),
         };
         let sliced = keep.iter().any(Option::is_some);
         if sliced {
             // The slice's pages start a segment of their own, which the
             // next writes of the same slice free whole.
-            c.pages.finish_segment()?;
+            self.pages.finish_segment()?;
         }
-        let first_segment = c.pages.end().segment;
-        // A slice cleans by rotation: the pages it keeps die as later
-        // slices rewrite them, and what it writes takes along every page
-        // older than the second-oldest slice it keeps (an untouched leaf
-        // left in an old segment would keep that segment, and all after
-        // it, alive; with the oldest slice's segment as the line, such
-        // leaves lagged a rotation behind and the files reached 2x at
-        // 1 M pairs). The space plan's floor would instead copy the kept
-        // slices too, making every slice a whole tree again.
+        let first_segment = self.pages.end().segment;
         let floor = match sliced {
             true => {
-                let mut since: Vec<u32> = c
+                let since: Vec<u32> = self
                     .root_slices
                     .iter()
                     .flatten()
                     .filter(|s| keep.contains(&Some(s.page)))
                     .map(|s| s.since)
                     .collect();
-                since.sort_unstable();
-                since.dedup();
-                since.get(1).or(since.first()).copied().unwrap_or(floor)
+                slice_floor(since, floor)
             }
             false => floor,
         };
-        c.generation += 1;
-        let generation = c.generation;
-        let mut stats = WriteStats::default();
-        #[allow(clippy::type_complexity)]
-        let attempt = (|| -> Result<(
-            CheckpointRecord,
-            Vec<u64>,
-            Weak<Epoch>,
-            Option<Vec<RootSlice>>,
-        )> {
-            let written = match &v.root {
-                Some(r) => write_tree(
-                    &self.pager,
-                    r,
-                    generation,
-                    floor,
-                    &keep,
-                    &mut c.pages,
-                    &mut stats,
-                )?,
-                None => TreeWrite::default(),
-            };
-            c.pages.sync()?;
-            let root = written.root;
-            // The root's children kept from the previous root hold the
-            // commits up to theirs; the others, all of this version's.
-            let slices: Option<Vec<RootSlice>> = v.root.as_ref().and_then(|r| {
-                (!r.is_leaf()).then(|| {
-                    root_children(&self.pager, r)
-                        .into_iter()
-                        .zip(&written.root_children)
-                        .enumerate()
-                        .map(|(i, ((low, _), page))| {
-                            let kept = keep.get(i).copied().flatten() == Some(*page);
-                            let prev = c
-                                .root_slices
-                                .as_ref()
-                                .and_then(|p| p.iter().find(|s| s.page == *page));
-                            let (seq, since) = match (kept, prev) {
-                                (true, Some(p)) => (p.seq, p.since),
-                                // Not found: as old as the log allows.
-                                (true, None) => (c.replay_from, 0),
-                                (false, _) => (
-                                    v.seq,
-                                    // The first segment this checkpoint wrote.
-                                    c.pages
-                                        .segments()
-                                        .range(u64::from(first_segment)..)
-                                        .next()
-                                        .map_or(first_segment, |(&id, _)| id as u32),
-                                ),
-                            };
-                            RootSlice {
-                                low,
-                                page: *page,
-                                seq,
-                                since,
-                            }
-                        })
-                        .collect()
-                })
-            });
-            let replay_from = slices
-                .as_ref()
-                .and_then(|s| s.iter().map(|s| s.seq).min())
-                .unwrap_or(v.seq);
-            let rec = CheckpointRecord {
-                seq: v.seq,
-                replay_from,
-                // Set by the leader when it appends the record.
-                log_seq: v.seq,
-                root: root.map(|d| d.page),
-                root_level: v.root.as_ref().map_or(0, |r| r.level()),
-                page_end: c.pages.end(),
-                pairs: v.pairs,
-                tree_bytes: root.map_or(0, |d| d.subtree),
-                root_oldest: root.map_or(0, |d| d.oldest),
-            };
-            match self.submit(Request::Checkpoint {
-                record: rec,
-                generation,
-                moved: Box::new(written),
-                fresh_segment: kind == CheckpointKind::Compact,
-            })? {
-                Reply::Checkpoint {
-                    obsolete,
-                    old_epoch,
-                } => Ok((rec, obsolete, old_epoch, slices)),
-                Reply::Write(_) => unreachable!("checkpoint answered as a write"),
-            }
-        })();
-        let (rec, obsolete, old_epoch, slices) = match attempt {
-            Ok(x) => x,
-            Err(e) => {
-                // Marks it left on nodes later checkpoints keep must never
-                // be taken for durable places.
-                self.pager.set_failed_generation(generation);
-                c.pages.checkpoint_failed();
-                self.counters
-                    .failed_checkpoints
-                    .fetch_add(1, Ordering::Relaxed);
-                *self.last_error.lock() = Some(format!("checkpoint failed: {e}"));
-                return Err(e);
-            }
-        };
-        self.pager.set_durable_generation(generation);
-        c.pages.checkpoint_durable();
-        c.last_seq = Some(rec.seq);
-        c.root_slices = slices;
-        c.replay_from = rec.replay_from;
-        c.log_at.push((v.seq, v.log_bytes));
-        c.log_at.retain(|&(seq, _)| seq >= rec.replay_from);
-        // Before any checkpoint of this session the count starts at the
-        // open, whose replay started at the record's `replay_from`.
-        let replayable_from = c
-            .log_at
-            .iter()
-            .find(|&&(seq, _)| seq == rec.replay_from)
-            .map_or(0, |&(_, bytes)| bytes);
-        self.counters
-            .replayable_log_from
-            .store(replayable_from, Ordering::Relaxed);
-        // Oldest first, stopping at a failure: deleting a newer segment while
-        // an older one stays would leave a gap in the log's chain.
-        c.undeleted.extend(obsolete);
-        while let Some(&id) = c.undeleted.first() {
-            if let Err(e) = self.storage.delete_segment(id) {
-                *self.last_error.lock() = Some(format!("deleting an obsolete commit segment: {e}"));
-                break;
-            }
-            c.undeleted.remove(0);
+        Ok(Writing {
+            keep,
+            floor,
+            first_segment,
+        })
+    }
+
+    /// The durable root's children after writing `v` (see `root_slices`):
+    /// those kept from the previous root hold the commits up to theirs;
+    /// the others, all of `v`'s.
+    fn root_slices_after(
+        &self,
+        pager: &Pager,
+        v: &Version,
+        writing: &Writing,
+        written: &TreeWrite,
+    ) -> Option<Vec<RootSlice>> {
+        let first_segment = writing.first_segment;
+        let r = v.root.as_ref()?;
+        if r.is_leaf() {
+            return None;
         }
-        // Page segments the durable tree no longer uses retire; the versions
-        // of the epoch before this checkpoint may still read them.
-        debug_assert!(
-            rec.root.is_none()
-                || rec.replay_from < rec.seq
-                || rec.root_oldest >= floor.min(rec.page_end.segment)
-        );
-        c.floor = c.floor.max(floor);
-        c.durable_oldest = unreferenced_below(&rec);
-        let retire: Vec<SegmentId> = c
-            .pages
-            .segments()
-            .range(..u64::from(c.durable_oldest))
-            .map(|(&id, _)| id)
-            .filter(|id| !c.retiring.iter().any(|(_, r)| r == id))
+        let slices = root_children(pager, r)
+            .into_iter()
+            .zip(&written.root_children)
+            .enumerate()
+            .map(|(i, ((low, _), page))| {
+                let kept = writing.keep.get(i).copied().flatten() == Some(*page);
+                let prev = self
+                    .root_slices
+                    .as_ref()
+                    .and_then(|p| p.iter().find(|s| s.page == *page));
+                let (seq, since) = match (kept, prev) {
+                    (true, Some(p)) => (p.seq, p.since),
+                    // Not found: as old as the log allows.
+                    (true, None) => (self.replay_from, 0),
+                    (false, _) => (
+                        v.seq,
+                        // The first segment this checkpoint wrote.
+                        self.pages
+                            .segments()
+                            .range(u64::from(first_segment)..)
+                            .next()
+                            .map_or(first_segment, |(&id, _)| id as u32),
+                    ),
+                };
+                RootSlice {
+                    low,
+                    page: *page,
+                    seq,
+                    since,
+                }
+            })
             .collect();
-        c.old_epochs.retain(|e| e.strong_count() > 0);
-        c.old_epochs.push(old_epoch);
-        let epochs = c.old_epochs.clone();
-        c.retiring
-            .extend(retire.into_iter().map(|id| (epochs.clone(), id)));
-        if kind != CheckpointKind::Compact {
-            c.last_written = Some(stats.bytes - stats.relocated_bytes);
-        }
-        let counters = &self.counters;
-        counters.checkpoints.fetch_add(1, Ordering::Relaxed);
-        if rec.replay_from < rec.seq {
-            counters.sliced_checkpoints.fetch_add(1, Ordering::Relaxed);
-        }
-        counters
-            .checkpoint_bytes
-            .fetch_add(stats.bytes, Ordering::Relaxed);
-        counters
-            .cleaner_copied_bytes
-            .fetch_add(stats.relocated_bytes, Ordering::Relaxed);
-        counters
-            .checkpointed_log_bytes
-            .store(v.log_bytes, Ordering::Relaxed);
-        counters
-            .checkpointed_tree_bytes
-            .store(rec.tree_bytes, Ordering::Relaxed);
-        counters.checkpointed_seq.store(rec.seq, Ordering::Relaxed);
-        drop(v);
-        drop(guard);
-        self.delete_retired();
-        Ok(true)
+        Some(slices)
     }
 }

@@ -1,121 +1,41 @@
 //! The database handle: opening, reading, writing, closing.
 
-use crate::batch::{BatchOp, WriteBatch};
+use crate::background::{self, Background};
+use crate::backpressure::Backpressure;
+use crate::batch::WriteBatch;
 use crate::checkpoint_format::unreferenced_below;
-use crate::checkpointer::{Background, CheckpointKind, Checkpointer, EARLY_CHECKPOINT_MIN_BYTES};
+use crate::checkpointer::{CheckpointKind, Checkpointer};
+use crate::commit::{CommitPath, Writer};
 use crate::commit_log::CommitLog;
+use crate::counters::Counters;
 use crate::error::{Error, Result};
 use crate::identity::{self, IDENTITY};
 use crate::iter::{Iter, Scan, Snapshot};
 use crate::limits::MAX_KEY_LEN;
-use crate::options::{Durability, Options};
+use crate::options::Options;
 use crate::pacing::Pacer;
 use crate::page_log::PageLog;
-use crate::pipeline::{Pipeline, Reply, Request, Ticket, WriteOutcome};
+use crate::pipeline::{Reply, Request, WriteOutcome};
 use crate::recovery::recover;
-use crate::version::{Epoch, Reclaimer, Version};
-use crate::write_buffer::{Lookup, SpareArrays, WriteBuffer};
-use arc_swap::ArcSwap;
-use kivi_log::{CheckpointRecord, CommitRecord, OpRef, RecordType, SegmentIds};
+use crate::store::{OpenReport, Store};
+use kivi_log::SegmentIds;
 use kivi_storage::{LocalDir, Storage};
-use kivi_tree::{
-    apply, compare_keys, get_each, get_into, keys_in_leaf_of, release_written, Pager, TreeConfig,
-};
-use parking_lot::Mutex;
-use std::collections::HashMap;
+use kivi_tree::{get_each, Pager, TreeConfig};
 use std::ops::ControlFlow;
 use std::ops::RangeBounds;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-/// Groups of at least this many operations go straight into the tree while
-/// the write buffer is empty: they touch enough of each leaf they reach
-/// that the buffer would save little.
-const DIRECT_APPLY_OPS: usize = 1 << 16;
-
-/// Groups of at least this many operations that would go straight into the
-/// tree have a smaller write buffer merged first (see `commit_group`).
-const FLUSH_BEFORE_DIRECT_MIN_OPS: usize = 256;
-
-/// Keys of a group sampled to tell whether they crowd into few leaves.
-const DENSITY_SAMPLES: usize = 16;
-
-/// Keys per leaf, on average over the samples, from which a group goes
-/// straight into the tree while the write buffer is empty. Random updates of
-/// a 1M-pair store put about one key in each leaf they touch; a load in key
-/// order, a leaf's worth (about 50 kv40 pairs).
-const DENSE_KEYS_PER_LEAF: usize = 8;
-
-/// What the writer (the group-commit leader) owns.
-pub(crate) struct Writer {
-    pub log: CommitLog,
-    pub seq: u64,
-}
-
-/// Counters behind `stats()`.
-#[derive(Default)]
-pub(crate) struct Counters {
-    pub group_commits: AtomicU64,
-    pub batches: AtomicU64,
-    pub failed_commits: AtomicU64,
-    pub checkpoints: AtomicU64,
-    pub sliced_checkpoints: AtomicU64,
-    pub checkpoint_bytes: AtomicU64,
-    pub failed_checkpoints: AtomicU64,
-    /// `Version::log_bytes` of the newest durable checkpoint.
-    pub checkpointed_log_bytes: AtomicU64,
-    /// `Version::log_bytes` at the newest durable checkpoint's
-    /// `replay_from`: the commit log since is what recovery replays.
-    pub replayable_log_from: AtomicU64,
-    pub checkpointed_tree_bytes: AtomicU64,
-    pub checkpointed_seq: AtomicU64,
-    /// Milliseconds since open of the last commit, for idle detection.
-    pub last_commit_ms: AtomicU64,
-    /// Page segments the cleaner deleted, and the bytes of live records it
-    /// copied out of them first.
-    pub cleaned_segments: AtomicU64,
-    pub cleaner_copied_bytes: AtomicU64,
-    /// Page segments no checkpoint uses that wait for old readers to finish.
-    pub retiring_segments: AtomicU64,
-    /// Writes held back because unwritten changes filled the write buffer
-    /// twice over, and the microseconds they waited in all.
-    pub write_stalls: AtomicU64,
-    /// Write buffers merged into the tree.
-    pub buffer_merges: AtomicU64,
-    pub write_stall_us: AtomicU64,
-}
-
+/// The store's owners, each with its own part of the state: what every
+/// part shares and readers read (`Store`), the commit path, the
+/// checkpointer, what ties writers to it, and the background thread.
 pub(crate) struct Inner {
-    pub path: String,
-    pub storage: Arc<dyn Storage>,
-    pub pager: Pager,
-    pub tree_cfg: TreeConfig,
-    pub opts: Options,
-    pub store_id: [u8; 16],
-    pub published: ArcSwap<Version>,
-    /// Frees superseded versions off the commit path.
-    pub reclaimer: Reclaimer,
-    /// Arrays of the write buffer's dropped runs, for its next merges (at
-    /// most a quarter of `write_buffer_bytes`).
-    pub run_spares: Arc<SpareArrays>,
-    pub pipeline: Pipeline,
-    /// `None` when read-only.
-    pub writer: Mutex<Option<Writer>>,
-    pub checkpointer: Mutex<Option<Checkpointer>>,
-    /// The page segment being written and its length (see `PageLog`).
-    pub page_appending: Arc<Mutex<Option<(u64, u64)>>>,
-    /// Paces the page log's writes around commits.
-    pub pacer: Arc<Pacer>,
-    pub background: Background,
-    pub counters: Counters,
-    pub closed: AtomicBool,
-    pub opened_at: std::time::Instant,
-    pub last_error: Mutex<Option<String>>,
-    pub torn_tail: Option<(String, u64)>,
-    pub replayed_at_open: u64,
-    /// Damage opening found in log records a checkpoint already covers.
-    pub damage_at_open: Vec<String>,
+    /// Shared with snapshots and iterators, which read through it.
+    store: Arc<Store>,
+    commit: CommitPath,
+    checkpointer: Checkpointer,
+    backpressure: Backpressure,
+    background: Background,
 }
 
 /// A kivi store. Cheap to clone; all clones share one store, and the store
@@ -138,7 +58,7 @@ impl Drop for Handle {
 impl std::fmt::Debug for Db {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Db")
-            .field("path", &self.inner().path)
+            .field("path", &self.inner().store.path())
             .finish()
     }
 }
@@ -221,9 +141,8 @@ impl Db {
         };
         let rec = recover(&storage, &pager, &tree_cfg, store_id)?;
         let ids = Arc::new(SegmentIds::after(rec.max_segment_id));
-        let mut page_appending = Arc::default();
         let pacer = Arc::new(Pacer::new());
-        let (writer, checkpointer) = if opts.read_only {
+        let (writer, pages) = if opts.read_only {
             (None, None)
         } else {
             for &id in &rec.garbage {
@@ -247,65 +166,61 @@ impl Db {
                 rec.page_segments.clone(),
                 pacer.clone(),
             );
-            page_appending = pages.appending();
-            (
-                Some(Writer {
-                    log,
-                    seq: rec.version.seq,
-                }),
-                Some(Checkpointer::new(
-                    pages,
-                    rec.checkpoint.as_ref().map_or(0, unreferenced_below),
-                    rec.checkpoint.as_ref().map_or(0, |c| c.replay_from),
-                )),
-            )
+            (Some(Writer::new(log, rec.version.seq)), Some(pages))
         };
+        let checkpointer = Checkpointer::new(
+            pages,
+            rec.checkpoint.as_ref().map_or(0, unreferenced_below),
+            rec.checkpoint.as_ref().map_or(0, |c| c.replay_from),
+        );
         let mut version = rec.version;
         version.log_bytes = rec.redo_bytes;
         version.visible_log_bytes = rec.redo_bytes;
-        let counters = Counters::default();
-        if let Some(c) = rec.checkpoint {
-            counters
-                .checkpointed_tree_bytes
-                .store(c.tree_bytes, Ordering::Relaxed);
-            counters.checkpointed_seq.store(c.seq, Ordering::Relaxed);
-        }
+        let counters = Counters::after_open(rec.checkpoint.map(|c| (c.tree_bytes, c.seq)));
         let read_only = opts.read_only;
-        let run_spares = SpareArrays::new(opts.write_buffer_bytes / 4);
-        let inner = Arc::new(Inner {
-            path,
-            storage,
-            pager,
-            tree_cfg,
-            opts,
-            store_id,
-            published: ArcSwap::from_pointee(version),
-            reclaimer: Reclaimer::default(),
-            run_spares,
-            pipeline: Pipeline::default(),
-            writer: Mutex::new(writer),
-            checkpointer: Mutex::new(checkpointer),
-            page_appending,
-            pacer,
-            background: Background::default(),
-            counters,
-            closed: AtomicBool::new(false),
-            opened_at: std::time::Instant::now(),
-            last_error: Mutex::new(None),
+        let opened = OpenReport {
             torn_tail: rec.torn_tail,
-            replayed_at_open: rec.replayed,
-            damage_at_open: rec.damage.iter().map(|c| c.to_string()).collect(),
+            replayed: rec.replayed,
+            damage: rec.damage.iter().map(|c| c.to_string()).collect(),
+        };
+        let store = Store::new(
+            path, storage, pager, tree_cfg, opts, store_id, version, counters, opened,
+        );
+        let inner = Arc::new(Inner {
+            store: Arc::new(store),
+            commit: CommitPath::new(writer),
+            checkpointer,
+            backpressure: Backpressure::new(pacer),
+            background: Background::default(),
         });
         if !read_only {
-            Background::start(&inner);
+            let me = inner.clone();
+            inner.background.start(move || {
+                background::run(&me.store, &me.commit, &me.checkpointer, &me.backpressure)
+            });
         }
         Ok(Db {
             handle: Arc::new(Handle { inner }),
         })
     }
 
-    pub(crate) fn inner(&self) -> &Arc<Inner> {
+    fn inner(&self) -> &Inner {
         &self.handle.inner
+    }
+
+    /// What every part shares (for `stats` and `check`).
+    pub(crate) fn store(&self) -> &Store {
+        &self.handle.inner.store
+    }
+
+    /// The commit path (for `stats`).
+    pub(crate) fn commit_path(&self) -> &CommitPath {
+        &self.handle.inner.commit
+    }
+
+    /// The checkpointer (for `stats` and `check`).
+    pub(crate) fn checkpointer(&self) -> &Checkpointer {
+        &self.handle.inner.checkpointer
     }
 
     /// The value stored under `key`.
@@ -323,8 +238,8 @@ impl Db {
                 max: MAX_KEY_LEN,
             });
         }
-        let inner = self.inner();
-        inner.read(&inner.published.load(), key, out)
+        let store = self.store();
+        store.read(&store.current(), key, out)
     }
 
     /// Reads the values under `keys`, all as of one moment, calling
@@ -344,13 +259,13 @@ impl Db {
                 max: MAX_KEY_LEN,
             });
         }
-        let inner = self.inner();
-        let v = inner.published.load();
+        let store = self.store();
+        let v = store.current();
         if let [key] = keys {
             // Nothing to overlap: the plain lookup, without the passes'
             // bookkeeping.
             let mut out = Vec::new();
-            let found_it = inner.read(&v, key, &mut out)?;
+            let found_it = store.read(&v, key, &mut out)?;
             let _ = found(0, found_it.then_some(out.as_slice()));
             return Ok(());
         }
@@ -379,7 +294,7 @@ impl Db {
             ControlFlow::Continue(())
         };
         let flow = match &v.root {
-            Some(root) => get_each(&inner.pager, root, &tree_keys, &mut |t, value| {
+            Some(root) => get_each(store.pager(), root, &tree_keys, &mut |t, value| {
                 answer(in_tree[t], value)
             })?,
             None => in_tree.iter().try_for_each(|&i| answer(i, None)),
@@ -424,7 +339,7 @@ impl Db {
     /// others (a failed commit fails every batch of its group).
     pub fn write_each(&self, batches: Vec<WriteBatch>) -> Vec<Result<WriteOutcome>> {
         let inner = self.inner();
-        if inner.closed.load(Ordering::Acquire) {
+        if inner.store.is_closed() {
             return batches.iter().map(|_| Err(Error::Closed)).collect();
         }
         let mut out: Vec<Option<Result<WriteOutcome>>> = Vec::with_capacity(batches.len());
@@ -437,12 +352,9 @@ impl Db {
                 requests.push(Request::Write(b));
             }
         }
-        if !requests.is_empty() {
-            inner.wait_for_write_buffer();
-        }
         let mut replies = inner
-            .pipeline
-            .submit_many(requests, &|group| inner.commit_group(group))
+            .commit
+            .submit_many(&inner.store, &inner.backpressure, requests)
             .into_iter();
         out.into_iter()
             .map(|o| match o {
@@ -493,7 +405,8 @@ impl Db {
     /// A consistent read view of the store as of now. It never blocks
     /// writers; it keeps the pages it sees alive until dropped.
     pub fn snapshot(&self) -> Snapshot {
-        Snapshot::new(self.inner().clone(), self.inner().published.load_full())
+        let store = &self.inner().store;
+        Snapshot::new(store.clone(), store.current_full())
     }
 
     /// Pairs with keys in `range`, in key order; `.rev()` for descending order.
@@ -535,8 +448,8 @@ impl Db {
         // Superseded versions are freed on another thread; give it a moment
         // so the cleaned segments go now rather than at the next tick.
         for _ in 0..100 {
-            inner.delete_retired();
-            if inner.counters.retiring_segments.load(Ordering::Relaxed) == 0 {
+            inner.checkpointer.delete_retired(&inner.store);
+            if inner.store.counters().retiring_segments() == 0 {
                 break;
             }
             std::thread::sleep(std::time::Duration::from_millis(5));
@@ -552,480 +465,40 @@ impl Db {
 
     /// Where the store lives, as given when it was opened.
     pub fn path(&self) -> &str {
-        &self.inner().path
+        self.store().path()
     }
 
     /// Drops every cached page (for measuring cold reads).
     pub fn clear_cache(&self) {
-        self.inner().pager.clear_cache();
+        self.store().pager().clear_cache();
     }
 }
 
 impl Inner {
-    pub(crate) fn now_ms(&self) -> u64 {
-        self.opened_at.elapsed().as_millis() as u64
+    fn submit(&self, request: Request) -> Result<Reply> {
+        self.commit.submit(&self.store, &self.backpressure, request)
     }
 
-    pub(crate) fn submit(&self, request: Request) -> Result<Reply> {
-        if self.closed.load(Ordering::Acquire) {
-            return Err(Error::Closed);
-        }
-        if matches!(request, Request::Write(_)) {
-            self.wait_for_write_buffer();
-        }
-        self.pipeline
-            .submit(request, &|group| self.commit_group(group))
-    }
-
-    /// Commits one group: decides conditional writes in order, applies the
-    /// resulting operations to a new tree version, appends one commit record
-    /// (and any checkpoint records) in one write, syncs, publishes.
-    fn commit_group(&self, group: &[Arc<Ticket>]) -> Vec<Result<Reply>> {
-        let mut guard = self.writer.lock();
-        let Some(w) = guard.as_mut() else {
-            return group.iter().map(|_| Err(Error::ReadOnly)).collect();
-        };
-        if self.closed.load(Ordering::Acquire) {
-            return group.iter().map(|_| Err(Error::Closed)).collect();
-        }
-        let mut base = self.published.load_full();
-        if self.buffer_wants_merge(&base) {
-            match self.merge_buffer(&base, false) {
-                Ok(merged) => base = merged,
-                Err(e) => {
-                    *self.last_error.lock() = Some(format!("merging the write buffer: {e}"));
-                    // Past twice its bound the buffer takes no more: writes
-                    // fail with the error until a merge succeeds.
-                    if base.buffer.bytes() >= self.buffer_limit().saturating_mul(2) {
-                        self.counters.failed_commits.fetch_add(1, Ordering::Relaxed);
-                        return group.iter().map(|_| Err(e.duplicate())).collect();
-                    }
-                }
-            }
-        }
-        let mut replies: Vec<Option<Result<Reply>>> = Vec::with_capacity(group.len());
-        let mut ops: Vec<(&[u8], Option<&[u8]>)> = Vec::new();
-        let mut checkpoints = Vec::new();
-        let conditional = group
-            .iter()
-            .any(|t| matches!(&t.request, Request::Write(b) if b.conditional));
-        let mut overlay: HashMap<&[u8], Option<&[u8]>> = HashMap::new();
-        for t in group {
-            match &t.request {
-                Request::Write(batch) if !batch.conditional => {
-                    for op in &batch.ops {
-                        let effect = match op {
-                            BatchOp::Put { key, value } => (key.as_slice(), Some(value.as_slice())),
-                            BatchOp::Delete { key } => (key.as_slice(), None),
-                            _ => unreachable!("unconditional batch"),
-                        };
-                        if conditional {
-                            overlay.insert(effect.0, effect.1);
-                        }
-                        ops.push(effect);
-                    }
-                    replies.push(Some(Ok(Reply::Write(WriteOutcome::Applied))));
-                }
-                Request::Write(batch) => {
-                    let outcome = self.decide(batch, &base, &mut overlay, &mut ops);
-                    replies.push(Some(outcome.map(Reply::Write)));
-                }
-                Request::Checkpoint {
-                    record,
-                    generation,
-                    moved,
-                    fresh_segment,
-                } => {
-                    checkpoints.push((*record, *generation, moved, *fresh_segment));
-                    replies.push(None);
-                }
-            }
-        }
-
-        // One operation per key, the last one written, in key order.
-        if !ops.windows(2).all(|p| compare_keys(p[0].0, p[1].0).is_lt()) {
-            // Stable, so the last write to a key stays last.
-            ops.sort_by(|a, b| compare_keys(a.0, b.0));
-            let mut deduped: Vec<(&[u8], Option<&[u8]>)> = Vec::with_capacity(ops.len());
-            for op in ops {
-                match deduped.last_mut() {
-                    Some(last) if last.0 == op.0 => *last = op,
-                    _ => deduped.push(op),
-                }
-            }
-            ops = deduped;
-        }
-        let op_refs: Vec<OpRef<'_>> = ops
-            .iter()
-            .map(|&(k, v)| match v {
-                Some(v) => OpRef::Put(k, v),
-                None => OpRef::Delete(k),
-            })
-            .collect();
-
-        let fail_all = |replies: &mut Vec<Option<Result<Reply>>>, e: &Error| {
-            for r in replies.iter_mut() {
-                if matches!(r, None | Some(Ok(_))) {
-                    *r = Some(Err(e.duplicate()));
-                }
-            }
-        };
-        if op_refs.is_empty() && checkpoints.is_empty() {
-            return replies
-                .into_iter()
-                .map(|r| r.expect("every write decided"))
-                .collect();
-        }
-        // Into the write buffer, or straight into the tree: groups whose
-        // keys crowd into few leaves (a load in key order, an ordered
-        // rewrite of a range) and large groups gain nothing from the buffer
-        // (each leaf they touch gets many keys anyway), so they go to the
-        // tree while the buffer is empty. A buffer holding less than such a
-        // group is merged into the tree first: else one small group ahead
-        // of an ordered load (a server's first short read) would send every
-        // group after it through the buffer and its merge, twice the work.
-        let crowded = |base: &Version| op_refs.len() >= DIRECT_APPLY_OPS || self.dense(base, &ops);
-        let mut buffered = !op_refs.is_empty() && (!base.buffer.is_empty() || !crowded(&base));
-        if buffered
-            && op_refs.len() >= FLUSH_BEFORE_DIRECT_MIN_OPS
-            && !base.buffer.is_empty()
-            && base.buffer.bytes() <= WriteBuffer::group_cost(&ops)
-            && crowded(&base)
-        {
-            // On failure the group is buffered, as before.
-            match self.merge_buffer(&base, false) {
-                Ok(merged) => {
-                    base = merged;
-                    buffered = false;
-                }
-                Err(e) => {
-                    *self.last_error.lock() = Some(format!("merging the write buffer: {e}"));
-                }
-            }
-        }
-        let applied = if op_refs.is_empty() || buffered {
-            None
-        } else {
-            match apply(&self.pager, &self.tree_cfg, base.root.as_ref(), &op_refs) {
-                Ok(a) => Some(a),
-                Err(e) => {
-                    let e = Error::from(e);
-                    fail_all(&mut replies, &e);
-                    self.counters.failed_commits.fetch_add(1, Ordering::Relaxed);
-                    return replies.into_iter().map(|r| r.expect("filled")).collect();
-                }
-            }
-        };
-        let committing = applied.is_some() || buffered;
-        let seq = w.seq + u64::from(committing);
-        let sync = self.opts.durability == Durability::Fsync || !checkpoints.is_empty();
-        let appended_before = w.log.appended;
-        let result = w.log.append_group(
-            committing.then_some(seq),
-            checkpoints
-                .iter()
-                .map(|c| (c.0.seq, c.3))
-                .max_by_key(|c| c.0),
-            &mut |emit, synced| {
-                if committing {
-                    emit(RecordType::Commit, &mut |out| {
-                        CommitRecord::encode(out, synced, seq, op_refs.iter().copied())
-                    });
-                }
-                for (c, ..) in &checkpoints {
-                    // The last commit in the log precedes the record: this
-                    // group's, if it has one.
-                    let record = CheckpointRecord { log_seq: seq, ..*c };
-                    emit(RecordType::Checkpoint, &mut |out| {
-                        record.encode(out, synced)
-                    });
-                }
-            },
-            sync,
-        );
-        if let Err(e) = result {
-            let e = Error::from(e);
-            *self.last_error.lock() = Some(e.to_string());
-            fail_all(&mut replies, &e);
-            self.counters.failed_commits.fetch_add(1, Ordering::Relaxed);
-            return replies.into_iter().map(|r| r.expect("filled")).collect();
-        }
-        let visible_log_bytes = base.visible_log_bytes + (w.log.appended - appended_before);
-        if committing {
-            w.seq = seq;
-            self.counters
-                .last_commit_ms
-                .store(self.now_ms(), Ordering::Relaxed);
-        }
-        let mut next = match applied {
-            Some(a) => {
-                debug_assert!(base.buffer.is_empty());
-                let pairs = (base.pairs as i64 + a.pairs_delta) as u64;
-                Version {
-                    epoch: base.epoch.clone(),
-                    // A new buffer for the new tree: what a buffer learns
-                    // about the tree under it must stay true while it lives.
-                    ..Version::of_tree(a.root, seq, pairs, visible_log_bytes)
-                }
-            }
-            None => {
-                let mut next = Version {
-                    visible_seq: seq.max(base.visible_seq),
-                    visible_log_bytes,
-                    ..(*base).clone()
-                };
-                if buffered {
-                    next.buffer = Arc::new(base.buffer.with_group(&ops, &self.run_spares));
-                }
-                if next.buffer.is_empty() {
-                    next.log_bytes = visible_log_bytes;
-                }
-                next
-            }
-        };
-        let mut old_epoch = None;
-        for (_, generation, moved, _) in &checkpoints {
-            // The checkpoint is durable: what it wrote may now leave memory,
-            // and what the cleaner copied is read from its copy.
-            self.pager.set_durable_generation(*generation);
-            if let Some(root) = next
-                .root
-                .as_ref()
-                .and_then(|r| release_written(&self.pager, r, moved))
-            {
-                next.root = Some(root);
-            }
-            // Versions from here on reference nothing the checkpoint left
-            // behind; the ones before may, until they are dropped.
-            old_epoch = Some(Arc::downgrade(&next.epoch));
-            next.epoch = Arc::new(Epoch);
-        }
-        let next = Arc::new(next);
-        let old = self.published.swap(next.clone());
-        drop(base);
-        for (r, t) in replies.iter_mut().zip(group) {
-            if let Request::Checkpoint { record, .. } = &t.request {
-                *r = Some(Ok(Reply::Checkpoint {
-                    obsolete: w.log.release_through(record.replay_from),
-                    old_epoch: old_epoch.clone().expect("a checkpoint in the group"),
-                }));
-            }
-        }
-        let log_file_bytes = w.log.bytes();
-        drop(guard);
-        // Outside the writer lock: the next group's leader need not wait
-        // for it.
-        self.reclaimer.superseded(old, &next);
-        drop(next);
-        self.counters.group_commits.fetch_add(1, Ordering::Relaxed);
-        self.counters
-            .batches
-            .fetch_add(group.len() as u64, Ordering::Relaxed);
-        // A checkpoint writes the tree: the commits still in the write
-        // buffer are not yet its to retire.
-        let log_bytes = self.published.load().log_bytes;
-        let redo =
-            log_bytes.saturating_sub(self.counters.checkpointed_log_bytes.load(Ordering::Relaxed));
-        let replayable =
-            log_bytes.saturating_sub(self.counters.replayable_log_from.load(Ordering::Relaxed));
-        let buffer_full = self.write_buffer_full();
-        // Page writes are paced for commit latency only while few changes
-        // wait for a checkpoint (a quarter of the write buffer): past that,
-        // memory waits on them. (Paced throughout, a 10M-pair load gathered
-        // over 1 GiB of unwritten changes, and random updates held 100 MiB
-        // more at their peak; docs/benchmarks.md, "Memory".)
-        self.pacer
-            .set_urgent(self.pager.dirty_bytes() >= self.opts.write_buffer_bytes / 4);
-        if replayable >= self.opts.checkpoint_bytes
-            || buffer_full
-            || (redo >= EARLY_CHECKPOINT_MIN_BYTES && self.log_over_target(log_file_bytes))
-        {
-            self.background.wake();
-        }
-        replies.into_iter().map(|r| r.expect("filled")).collect()
-    }
-
-    /// Reads `key` as of version `v`: the write buffer, then the tree.
-    pub(crate) fn read(&self, v: &Version, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
-        match v.buffer.get_into(key, out) {
-            Lookup::Found => Ok(true),
-            Lookup::Deleted => Ok(false),
-            Lookup::NotHere => match &v.root {
-                None => Ok(false),
-                Some(root) => Ok(get_into(&self.pager, root, key, out)?),
-            },
-        }
-    }
-
-    /// Pairs in version `v`: the tree's, changed by what the buffer holds.
-    pub(crate) fn pairs(&self, v: &Version) -> Result<u64> {
-        let delta = self.buffer_pairs_delta(v)?;
-        Ok((v.pairs as i64 + delta) as u64)
-    }
-
-    pub(crate) fn buffer_pairs_delta(&self, v: &Version) -> Result<i64> {
-        if v.visible_seq == v.seq {
-            return Ok(0);
-        }
-        let mut buf = Vec::new();
-        v.buffer.pairs_delta(&mut |key| match &v.root {
-            None => Ok(false),
-            Some(root) => get_into(&self.pager, root, key, &mut buf).map_err(Error::from),
-        })
-    }
-
-    /// The memory the write buffer may hold before it is merged: half the
-    /// write buffer, the other half being for the tree's unwritten changes.
-    pub(crate) fn buffer_limit(&self) -> u64 {
-        self.opts.write_buffer_bytes / 2
-    }
-
-    /// Whether the write buffer under `v` is due to be merged into the tree:
-    /// it holds its share of memory, or half of `checkpoint_bytes` of commit
-    /// log (which no checkpoint can retire until the merge); and the tree
-    /// has room for what the merge adds (see `merge_has_room`).
-    pub(crate) fn buffer_wants_merge(&self, v: &Version) -> bool {
-        !v.buffer.is_empty()
-            && (v.buffer.bytes() >= self.buffer_limit()
-                || v.visible_log_bytes - v.log_bytes >= self.opts.checkpoint_bytes / 2)
-            && self.merge_has_room(v)
-    }
-
-    /// Whether a merge of `v`'s buffer may add to the tree's unwritten
-    /// changes now: they are under `write_buffer_bytes`, or the buffer has
-    /// grown to twice its share. A merge can add more than it takes from
-    /// the buffer (whole leaves against buffered pairs); made while the
-    /// unwritten changes sit at the writers' hard limit, behind stalled
-    /// checkpoints, it took them past it. Deferred, the buffer grows
-    /// instead, which the writers' limit counts.
-    pub(crate) fn merge_has_room(&self, v: &Version) -> bool {
-        self.pager.dirty_bytes() < self.opts.write_buffer_bytes
-            || v.buffer.bytes() >= self.buffer_limit().saturating_mul(2)
-    }
-
-    /// Merges the write buffer of `base`, the published version, into the
-    /// tree and publishes the result, which it returns. The caller holds
-    /// the writer lock. On failure nothing changes. `background`: on one
-    /// thread, leaving the other core to the readers.
-    pub(crate) fn merge_buffer(
-        &self,
-        base: &Arc<Version>,
-        background: bool,
-    ) -> Result<Arc<Version>> {
-        debug_assert!(Arc::ptr_eq(base, &self.published.load()));
-        if base.buffer.is_empty() {
-            return Ok(base.clone());
-        }
-        let cfg = TreeConfig {
-            parallel: !background,
-            ..self.tree_cfg
-        };
-        let a = base
-            .buffer
-            .with_newest(|ops| apply(&self.pager, &cfg, base.root.as_ref(), ops))?;
-        let pairs = (base.pairs as i64 + a.pairs_delta) as u64;
-        let next = Arc::new(Version {
-            epoch: base.epoch.clone(),
-            ..Version::of_tree(a.root, base.visible_seq, pairs, base.visible_log_bytes)
-        });
-        self.counters.buffer_merges.fetch_add(1, Ordering::Relaxed);
-        let old = self.published.swap(next.clone());
-        self.reclaimer.dispose(old);
-        Ok(next)
-    }
-
-    /// Whether the keys of `ops` (sorted, unique) crowd into the leaves of
-    /// `v`'s tree: sampled at up to `DENSITY_SAMPLES` evenly spaced keys,
-    /// the leaf each falls in holds `DENSE_KEYS_PER_LEAF` of them or more
-    /// on average. `false` when a page read fails (the buffer needs none).
-    fn dense(&self, v: &Version, ops: &[(&[u8], Option<&[u8]>)]) -> bool {
-        let Some(root) = &v.root else {
-            return true;
-        };
-        // Fewer keys than the bar cannot reach it (single puts, mostly).
-        if ops.len() < DENSE_KEYS_PER_LEAF {
-            return false;
-        }
-        let keys: Vec<&[u8]> = ops.iter().map(|op| op.0).collect();
-        let samples = keys.len().min(DENSITY_SAMPLES);
-        let mut total = 0;
-        for s in 0..samples {
-            match keys_in_leaf_of(&self.pager, root, &keys, s * keys.len() / samples) {
-                Ok(n) => total += n,
-                Err(_) => return false,
-            }
-        }
-        total >= DENSE_KEYS_PER_LEAF * samples
-    }
-
-    /// Decides a batch with conditions against the tree plus the effects of
-    /// earlier batches of the group (`overlay`); appends its effects to `ops`
-    /// if every condition holds.
-    fn decide<'a>(
-        &self,
-        batch: &'a WriteBatch,
-        base: &Version,
-        overlay: &mut HashMap<&'a [u8], Option<&'a [u8]>>,
-        ops: &mut Vec<(&'a [u8], Option<&'a [u8]>)>,
-    ) -> Result<WriteOutcome> {
-        let mut local: HashMap<&'a [u8], Option<&'a [u8]>> = HashMap::new();
-        let mut effects = Vec::with_capacity(batch.ops.len());
-        let mut buf = Vec::new();
-        for (i, op) in batch.ops.iter().enumerate() {
-            let key = op.key();
-            // The value this op sees: this batch's, then the group's, then the tree's.
-            let current: Option<&[u8]> = match local.get(key).or_else(|| overlay.get(key)) {
-                Some(v) => *v,
-                None => {
-                    let found = self.read(base, key, &mut buf)?;
-                    found.then_some(buf.as_slice())
-                }
-            };
-            let effect: Option<Option<&'a [u8]>> = match op {
-                BatchOp::Put { value, .. } => Some(Some(value)),
-                BatchOp::Delete { .. } => Some(None),
-                BatchOp::InsertIfAbsent { value, .. } => current.is_none().then_some(Some(value)),
-                BatchOp::UpdateIfPresent { value, .. } => current.is_some().then_some(Some(value)),
-                BatchOp::CompareAndSwap {
-                    expected, value, ..
-                } => (current == Some(expected.as_slice())).then_some(Some(value)),
-                BatchOp::CompareAndDelete { expected, .. } => {
-                    (current == Some(expected.as_slice())).then_some(None)
-                }
-            };
-            match effect {
-                Some(e) => {
-                    local.insert(key, e);
-                    effects.push((key, e));
-                }
-                None => return Ok(WriteOutcome::ConditionFailed { op: i }),
-            }
-        }
-        for (k, v) in effects {
-            overlay.insert(k, v);
-            ops.push((k, v));
-        }
-        Ok(WriteOutcome::Applied)
+    fn run_checkpoint(&self, kind: CheckpointKind) -> Result<bool> {
+        self.checkpointer
+            .run(&self.store, &self.commit, &self.backpressure, kind)
     }
 
     /// Stops the background work (after a final checkpoint) and refuses
     /// further writes. Idempotent.
-    pub(crate) fn shutdown(&self) -> Result<()> {
-        let was_closed = self.closed.load(Ordering::Acquire);
-        if was_closed {
+    fn shutdown(&self) -> Result<()> {
+        if self.store.is_closed() {
             return Ok(());
         }
-        let result = self.background.stop();
+        let result = self.background.stop(&self.backpressure);
         let mut result = match result {
             Some(Err(e)) => Err(e),
             _ => Ok(()),
         };
-        self.closed.store(true, Ordering::Release);
-        // Take the writer lock so no group is half-done when we return.
-        if let Some(w) = self.writer.lock().as_mut() {
-            if let Err(e) = w.log.sync() {
-                result = Err(e.into());
-            }
+        self.store.mark_closed();
+        // Taking the writer lock, so no group is half-done when we return.
+        if let Err(e) = self.commit.sync_log() {
+            result = Err(e);
         }
         result
     }

@@ -1,7 +1,7 @@
 //! Snapshots and ordered range iteration.
 
-use crate::db::Inner;
 use crate::error::Result;
+use crate::store::Store;
 use crate::version::Version;
 use crate::write_buffer::{Chunk, WalkPosition};
 use kivi_tree::{compare_keys, Cursor, ValueRef};
@@ -25,15 +25,15 @@ pub(crate) fn bound_owned<K: AsRef<[u8]>, R: RangeBounds<K>>(
 /// the version to the reclaimer if it was the last reference, so that a
 /// reader never frees a superseded tree and write buffer itself.
 struct Held {
-    inner: Arc<Inner>,
+    store: Arc<Store>,
     /// Taken only by `drop`.
     version: ManuallyDrop<Arc<Version>>,
 }
 
 impl Held {
-    fn new(inner: Arc<Inner>, version: Arc<Version>) -> Self {
+    fn new(store: Arc<Store>, version: Arc<Version>) -> Self {
         Held {
-            inner,
+            store,
             version: ManuallyDrop::new(version),
         }
     }
@@ -45,7 +45,7 @@ impl Held {
 
 impl Clone for Held {
     fn clone(&self) -> Self {
-        Held::new(self.inner.clone(), self.version())
+        Held::new(self.store.clone(), self.version())
     }
 }
 
@@ -54,7 +54,7 @@ impl Drop for Held {
         // SAFETY: `version` is not used again: this is the hold's drop, and
         // the field is taken nowhere else.
         let version = unsafe { ManuallyDrop::take(&mut self.version) };
-        self.inner.reclaimer.release(version);
+        self.store.reclaimer().release(version);
     }
 }
 
@@ -66,9 +66,9 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    pub(crate) fn new(inner: Arc<Inner>, version: Arc<Version>) -> Self {
+    pub(crate) fn new(store: Arc<Store>, version: Arc<Version>) -> Self {
         Snapshot {
-            held: Held::new(inner, version),
+            held: Held::new(store, version),
         }
     }
 
@@ -76,14 +76,14 @@ impl Snapshot {
         let mut out = Vec::new();
         Ok(self
             .held
-            .inner
+            .store
             .read(&self.held.version, key, &mut out)?
             .then_some(out))
     }
 
     pub fn range<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> Iter {
         let (start, end) = bound_owned(&range);
-        Iter::new(self.held.inner.clone(), self.held.version(), start, end)
+        Iter::new(self.held.store.clone(), self.held.version(), start, end)
     }
 
     pub fn iter(&self) -> Iter {
@@ -94,7 +94,7 @@ impl Snapshot {
     pub fn scan<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> Scan {
         let (start, end) = bound_owned(&range);
         Scan::new(
-            self.held.inner.clone(),
+            self.held.store.clone(),
             self.held.version(),
             start,
             end,
@@ -106,7 +106,7 @@ impl Snapshot {
     pub fn scan_rev<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> Scan {
         let (start, end) = bound_owned(&range);
         Scan::new(
-            self.held.inner.clone(),
+            self.held.store.clone(),
             self.held.version(),
             start,
             end,
@@ -117,7 +117,7 @@ impl Snapshot {
     /// Number of pairs in this snapshot. Counting the pairs of the write
     /// buffer may read pages, which may fail.
     pub fn len(&self) -> Result<u64> {
-        self.held.inner.pairs(&self.held.version)
+        self.held.store.pairs(&self.held.version)
     }
 
     pub fn is_empty(&self) -> Result<bool> {
@@ -147,19 +147,19 @@ pub struct Iter {
 
 impl Iter {
     pub(crate) fn new(
-        inner: Arc<Inner>,
+        store: Arc<Store>,
         version: Arc<Version>,
         start: Bound<Vec<u8>>,
         end: Bound<Vec<u8>>,
     ) -> Self {
         let back = Scan::new(
-            inner.clone(),
+            store.clone(),
             version.clone(),
             start.clone(),
             end.clone(),
             false,
         );
-        let front = Scan::new(inner, version, start, end, true);
+        let front = Scan::new(store, version, start, end, true);
         Iter {
             front,
             back,
@@ -267,7 +267,7 @@ fn as_ref(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
 
 impl Scan {
     pub(crate) fn new(
-        inner: Arc<Inner>,
+        store: Arc<Store>,
         version: Arc<Version>,
         start: Bound<Vec<u8>>,
         end: Bound<Vec<u8>>,
@@ -276,7 +276,7 @@ impl Scan {
         let cursor = Cursor::new(version.root.clone());
         Scan {
             cursor,
-            held: Held::new(inner, version),
+            held: Held::new(store, version),
             start,
             end,
             forward,
@@ -291,7 +291,7 @@ impl Scan {
 
     #[inline]
     fn position(&mut self) -> Result<()> {
-        let pager = &self.held.inner.pager;
+        let pager = self.held.store.pager();
         if !self.started {
             self.started = true;
             if self.forward {
@@ -413,7 +413,7 @@ impl Scan {
         let value = match self.cursor.value() {
             ValueRef::Inline(v) => v,
             ValueRef::Big(b) => {
-                self.big = self.held.inner.pager.read_big(b)?;
+                self.big = self.held.store.pager().read_big(b)?;
                 &self.big
             }
         };

@@ -15,11 +15,16 @@
 //! Layers (each its own crate): storage (`kivi-storage`) → log (`kivi-log`)
 //! → tree (`kivi-tree`) → this engine. See ARCHITECTURE.md.
 
+mod background;
+mod backpressure;
 mod batch;
 mod check;
 mod checkpoint_format;
 mod checkpointer;
+mod cleaner;
+mod commit;
 mod commit_log;
+mod counters;
 mod db;
 mod error;
 mod identity;
@@ -33,6 +38,7 @@ mod pipeline;
 mod recovery;
 mod segment_chain;
 mod stats;
+mod store;
 mod version;
 mod write_buffer;
 

@@ -3,7 +3,6 @@
 use crate::db::Db;
 use crate::error::Result;
 use kivi_log::{read_header, SegmentKind};
-use std::sync::atomic::Ordering;
 
 /// A snapshot of the store's numbers.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -99,21 +98,19 @@ impl Stats {
 impl Db {
     /// Current numbers. Reads each segment's header to classify it.
     pub fn stats(&self) -> Result<Stats> {
-        let inner = self.inner();
-        let v = inner.published.load_full();
-        let c = &inner.counters;
-        let p = inner.pager.stats();
+        let store = self.store();
+        let v = store.current_full();
+        let c = store.counters().values();
+        let p = store.pager().stats();
         let mut s = Stats {
-            pairs: inner.pairs(&v)?,
+            pairs: store.pairs(&v)?,
             seq: v.visible_seq,
             buffered_keys: v.buffer.keys() as u64,
             buffered_bytes: v.buffer.bytes(),
-            buffer_merges: c.buffer_merges.load(Ordering::Relaxed),
+            buffer_merges: c.buffer_merges,
             tree_height: v.root.as_ref().map_or(0, |r| u32::from(r.level()) + 1),
-            checkpoint_tree_bytes: c.checkpointed_tree_bytes.load(Ordering::Relaxed),
-            redo_bytes: v
-                .visible_log_bytes
-                .saturating_sub(c.checkpointed_log_bytes.load(Ordering::Relaxed)),
+            checkpoint_tree_bytes: c.checkpointed_tree_bytes,
+            redo_bytes: v.visible_log_bytes.saturating_sub(c.checkpointed_log_bytes),
             cache_bytes: p.cache_bytes,
             cache_capacity: p.cache_capacity,
             resident_bytes: p.resident_bytes,
@@ -123,24 +120,25 @@ impl Db {
             cache_misses: p.misses,
             page_reads: p.page_reads,
             blob_reads: p.blob_reads,
-            group_commits: c.group_commits.load(Ordering::Relaxed),
-            batches: c.batches.load(Ordering::Relaxed),
-            failed_commits: c.failed_commits.load(Ordering::Relaxed),
-            checkpoints: c.checkpoints.load(Ordering::Relaxed),
-            sliced_checkpoints: c.sliced_checkpoints.load(Ordering::Relaxed),
-            failed_checkpoints: c.failed_checkpoints.load(Ordering::Relaxed),
-            write_stalls: c.write_stalls.load(Ordering::Relaxed),
-            write_stall_us: c.write_stall_us.load(Ordering::Relaxed),
-            cleaned_segments: c.cleaned_segments.load(Ordering::Relaxed),
-            cleaner_copied_bytes: c.cleaner_copied_bytes.load(Ordering::Relaxed),
-            retiring_segments: c.retiring_segments.load(Ordering::Relaxed),
-            replayed_at_open: inner.replayed_at_open,
-            damage_at_open: inner.damage_at_open.clone(),
-            torn_tail: inner
+            group_commits: c.group_commits,
+            batches: c.batches,
+            failed_commits: c.failed_commits,
+            checkpoints: c.checkpoints,
+            sliced_checkpoints: c.sliced_checkpoints,
+            failed_checkpoints: c.failed_checkpoints,
+            write_stalls: c.write_stalls,
+            write_stall_us: c.write_stall_us,
+            cleaned_segments: c.cleaned_segments,
+            cleaner_copied_bytes: c.cleaner_copied_bytes,
+            retiring_segments: c.retiring_segments,
+            replayed_at_open: store.opened().replayed,
+            damage_at_open: store.opened().damage.clone(),
+            torn_tail: store
+                .opened()
                 .torn_tail
                 .as_ref()
                 .map(|(f, o)| format!("{f} at offset {o}")),
-            last_error: inner.last_error.lock().clone(),
+            last_error: store.last_error(),
             ..Stats::default()
         };
         s.live_bytes = s.checkpoint_tree_bytes + s.redo_bytes;
@@ -148,19 +146,19 @@ impl Db {
         // in sparse steps (see ARCHITECTURE.md); count what is written, and
         // for the page segment, what the page log has appended.
         let appending: Vec<(u64, u64)> = [
-            inner.writer.lock().as_ref().and_then(|w| w.log.current()),
+            self.commit_path().log_appending(),
             // Published by the page log, so that a checkpoint in progress
             // need not be waited for (its segment counted at the file's
             // length, 8 MiB ahead, made tests' amplification flaky).
-            *inner.page_appending.lock(),
+            self.checkpointer().page_appending(),
         ]
         .into_iter()
         .flatten()
         .collect();
-        for id in inner.storage.list_segments()? {
+        for id in store.storage().list_segments()? {
             // A checkpoint may delete a segment between the listing and here.
             let gone = |e: &kivi_storage::IoError| e.kind() == std::io::ErrorKind::NotFound;
-            let reader = match inner.storage.open_segment(id) {
+            let reader = match store.storage().open_segment(id) {
                 Err(e) if gone(&e) => continue,
                 r => r?,
             };
@@ -173,7 +171,7 @@ impl Db {
                 .find(|a| a.0 == id)
                 .map_or(len, |a| a.1.min(len));
             s.file_bytes += len;
-            let name = inner.storage.segment_name(id);
+            let name = store.storage().segment_name(id);
             match read_header(reader.as_ref(), id, &name, len, true) {
                 Ok(Some(h)) if h.kind == SegmentKind::Commits => {
                     s.commit_segments += 1;

@@ -1,0 +1,650 @@
+//! The commit path: one group of queued requests (see `pipeline`) at a
+//! time, under the writer lock, becomes one append to the commit log and
+//! one newly published version.
+//!
+//! A group goes through these phases, in this order (the I/O ordering is
+//! what makes commits durable and checkpoints safe):
+//! 1. `base_for_group`: the published version, its write buffer merged
+//!    first if due;
+//! 2. `decide_group`: each write's outcome (conditions decided in order)
+//!    and the group's operations, one per key, in key order;
+//! 3. `route_group`: into the write buffer, or straight into the tree;
+//! 4. `append_group`: one append (and sync) of the commit record and any
+//!    checkpoint records;
+//! 5. `next_version` and `release_checkpointed`: the version to publish,
+//!    with what the group's checkpoints made durable released from memory;
+//! 6. publish, answer the checkpoints, and after the writer lock is let
+//!    go, `after_group`: free the old version, count, wake the checkpointer.
+
+use crate::backpressure::{log_over_target, Backpressure, EARLY_CHECKPOINT_MIN_BYTES};
+use crate::batch::{BatchOp, WriteBatch};
+use crate::commit_log::CommitLog;
+use crate::error::{Error, Result};
+use crate::options::Durability;
+use crate::pipeline::{Pipeline, Reply, Request, Ticket, WriteOutcome};
+use crate::store::Store;
+use crate::version::{Epoch, Version};
+use crate::write_buffer::WriteBuffer;
+use kivi_log::{CheckpointRecord, CommitRecord, OpRef, RecordType};
+use kivi_storage::SegmentId;
+use kivi_tree::{apply, compare_keys, keys_in_leaf_of, release_written, Applied, TreeWrite};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+
+/// Groups of at least this many operations go straight into the tree while
+/// the write buffer is empty: they touch enough of each leaf they reach
+/// that the buffer would save little.
+const DIRECT_APPLY_OPS: usize = 1 << 16;
+
+/// Groups of at least this many operations that would go straight into the
+/// tree have a smaller write buffer merged first (see `route_group`).
+const FLUSH_BEFORE_DIRECT_MIN_OPS: usize = 256;
+
+/// Keys of a group sampled to tell whether they crowd into few leaves.
+const DENSITY_SAMPLES: usize = 16;
+
+/// Keys per leaf, on average over the samples, from which a group goes
+/// straight into the tree while the write buffer is empty. Random updates of
+/// a 1M-pair store put about one key in each leaf they touch; a load in key
+/// order, a leaf's worth (about 50 kv40 pairs).
+const DENSE_KEYS_PER_LEAF: usize = 8;
+
+/// What the writer (the group-commit leader) owns.
+pub(crate) struct Writer {
+    log: CommitLog,
+    /// The last commit's sequence number.
+    seq: u64,
+}
+
+impl Writer {
+    pub fn new(log: CommitLog, seq: u64) -> Writer {
+        Writer { log, seq }
+    }
+}
+
+/// The commit path: the group-commit queue and the writer behind it.
+pub(crate) struct CommitPath {
+    pipeline: Pipeline,
+    /// `None` when read-only. Held while a group commits, a checkpoint
+    /// takes its version, or the write buffer is merged: the published
+    /// version changes only under it.
+    writer: Mutex<Option<Writer>>,
+}
+
+/// One operation of a group: a put (`Some(value)`) or a delete.
+type Op<'a> = (&'a [u8], Option<&'a [u8]>);
+
+/// One reply per ticket of the group, `None` until known.
+type Replies = Vec<Option<Result<Reply>>>;
+
+/// A checkpoint record the group commits (see `Request::Checkpoint`).
+struct GroupCheckpoint<'g> {
+    record: CheckpointRecord,
+    generation: u64,
+    moved: &'g TreeWrite,
+    fresh_segment: bool,
+}
+
+/// What deciding a group yields (see `decide_group`).
+struct Decided<'g> {
+    replies: Replies,
+    /// One per key, the last one written, in key order.
+    ops: Vec<Op<'g>>,
+    checkpoints: Vec<GroupCheckpoint<'g>>,
+}
+
+impl CommitPath {
+    pub fn new(writer: Option<Writer>) -> CommitPath {
+        CommitPath {
+            pipeline: Pipeline::default(),
+            writer: Mutex::new(writer),
+        }
+    }
+
+    /// Commits `request` with the next group; durable when it returns.
+    pub fn submit(&self, store: &Store, bp: &Backpressure, request: Request) -> Result<Reply> {
+        if store.is_closed() {
+            return Err(Error::Closed);
+        }
+        if matches!(request, Request::Write(_)) {
+            bp.wait_for_write_buffer(store);
+        }
+        self.pipeline
+            .submit(request, &|group| self.commit_group(store, bp, group))
+    }
+
+    /// Commits `requests` (writes), queued all at once; one reply each.
+    pub fn submit_many(
+        &self,
+        store: &Store,
+        bp: &Backpressure,
+        requests: Vec<Request>,
+    ) -> Vec<Result<Reply>> {
+        if !requests.is_empty() {
+            bp.wait_for_write_buffer(store);
+        }
+        self.pipeline
+            .submit_many(requests, &|group| self.commit_group(store, bp, group))
+    }
+
+    /// The version a checkpoint writes, taken while no commit is in
+    /// progress, with the commit log told to start a new segment after it:
+    /// once the checkpoint is durable, every older commit segment can go.
+    /// `merge`: the write buffer goes into the tree first.
+    pub fn version_to_checkpoint(&self, store: &Store, merge: bool) -> Result<Arc<Version>> {
+        let mut writer = self.writer.lock();
+        if let Some(w) = writer.as_mut() {
+            w.log.roll_before_next();
+        }
+        let v = store.current_full();
+        match merge {
+            false => Ok(v),
+            true => store.merge_buffer(&v, false),
+        }
+    }
+
+    /// Merges the write buffer into the tree, on one thread, if the tree
+    /// has room for it; a failure is left for the next commit to report.
+    pub fn merge_idle_buffer(&self, store: &Store) {
+        // Idle stores tick here too: no writer lock for an empty buffer.
+        if store.current().buffer.is_empty() {
+            return;
+        }
+        let _writer = self.writer.lock();
+        let v = store.current_full();
+        if v.buffer.is_empty() || !store.merge_has_room(&v) {
+            return;
+        }
+        if let Err(e) = store.merge_buffer(&v, true) {
+            store.note_error(format!("merging the write buffer: {e}"));
+        }
+    }
+
+    /// Bytes of the commit log's files.
+    pub fn log_bytes(&self) -> u64 {
+        self.writer.lock().as_ref().map_or(0, |w| w.log.bytes())
+    }
+
+    /// Commit segments in the log.
+    pub fn log_segments(&self) -> usize {
+        self.writer
+            .lock()
+            .as_ref()
+            .map_or(0, |w| w.log.segment_count())
+    }
+
+    /// The commit segment being appended to and the bytes written to it.
+    pub fn log_appending(&self) -> Option<(SegmentId, u64)> {
+        self.writer.lock().as_ref().and_then(|w| w.log.current())
+    }
+
+    /// Syncs the commit log; taking the writer lock, it waits for a group
+    /// in progress.
+    pub fn sync_log(&self) -> Result<()> {
+        if let Some(w) = self.writer.lock().as_mut() {
+            w.log.sync()?;
+        }
+        Ok(())
+    }
+
+    /// Commits one group: decides conditional writes in order, applies the
+    /// resulting operations to a new tree version, appends one commit record
+    /// (and any checkpoint records) in one write, syncs, publishes. The
+    /// phases are described at the top of this module.
+    fn commit_group(
+        &self,
+        store: &Store,
+        bp: &Backpressure,
+        group: &[Arc<Ticket>],
+    ) -> Vec<Result<Reply>> {
+        let mut guard = self.writer.lock();
+        let Some(w) = guard.as_mut() else {
+            return group.iter().map(|_| Err(Error::ReadOnly)).collect();
+        };
+        if store.is_closed() {
+            return group.iter().map(|_| Err(Error::Closed)).collect();
+        }
+        let base = match base_for_group(store) {
+            Ok(base) => base,
+            Err(e) => {
+                store.counters().commit_failed();
+                return group.iter().map(|_| Err(e.duplicate())).collect();
+            }
+        };
+        let Decided {
+            mut replies,
+            ops,
+            checkpoints,
+        } = decide_group(store, group, &base);
+        let op_refs: Vec<OpRef<'_>> = ops
+            .iter()
+            .map(|&(k, v)| match v {
+                Some(v) => OpRef::Put(k, v),
+                None => OpRef::Delete(k),
+            })
+            .collect();
+        if op_refs.is_empty() && checkpoints.is_empty() {
+            return replies
+                .into_iter()
+                .map(|r| r.expect("every write decided"))
+                .collect();
+        }
+        let (base, buffered) = route_group(store, base, &ops, op_refs.len());
+        let applied = if op_refs.is_empty() || buffered {
+            None
+        } else {
+            match apply(
+                store.pager(),
+                store.tree_cfg(),
+                base.root.as_ref(),
+                &op_refs,
+            ) {
+                Ok(a) => Some(a),
+                Err(e) => return fail_group(store, replies, &e.into()),
+            }
+        };
+        let committing = applied.is_some() || buffered;
+        let seq = w.seq + u64::from(committing);
+        let appended = match append_group(store, w, seq, committing, &op_refs, &checkpoints) {
+            Ok(appended) => appended,
+            Err(e) => {
+                store.note_error(e.to_string());
+                return fail_group(store, replies, &e);
+            }
+        };
+        let visible_log_bytes = base.visible_log_bytes + appended;
+        if committing {
+            w.seq = seq;
+            store.counters().set_last_commit_ms(store.now_ms());
+        }
+        let mut next = next_version(
+            store,
+            &base,
+            applied,
+            buffered,
+            seq,
+            visible_log_bytes,
+            &ops,
+        );
+        let old_epoch = release_checkpointed(store, &mut next, &checkpoints);
+        let next = Arc::new(next);
+        let old = store.publish(next.clone());
+        drop(base);
+        answer_checkpoints(w, group, &mut replies, old_epoch);
+        let log_file_bytes = w.log.bytes();
+        drop(guard);
+        // Outside the writer lock: the next group's leader need not wait
+        // for it.
+        store.reclaimer().superseded(old, &next);
+        drop(next);
+        after_group(store, bp, group.len(), log_file_bytes);
+        replies.into_iter().map(|r| r.expect("filled")).collect()
+    }
+}
+
+/// The version a group starts from: the published one, its write
+/// buffer merged into the tree first when due. `Err` fails the group.
+fn base_for_group(store: &Store) -> Result<Arc<Version>> {
+    let base = store.current_full();
+    if !store.buffer_wants_merge(&base) {
+        return Ok(base);
+    }
+    match store.merge_buffer(&base, false) {
+        Ok(merged) => Ok(merged),
+        Err(e) => {
+            store.note_error(format!("merging the write buffer: {e}"));
+            // Past twice its bound the buffer takes no more: writes
+            // fail with the error until a merge succeeds.
+            if base.buffer.bytes() >= store.buffer_limit().saturating_mul(2) {
+                return Err(e);
+            }
+            Ok(base)
+        }
+    }
+}
+
+/// Decides each request of the group in order: unconditional writes are
+/// applied, conditional ones decided against `base` and the writes
+/// before them, checkpoints set aside (their replies come at publishing).
+fn decide_group<'g>(store: &Store, group: &'g [Arc<Ticket>], base: &Version) -> Decided<'g> {
+    let mut replies: Replies = Vec::with_capacity(group.len());
+    let mut ops: Vec<Op<'g>> = Vec::new();
+    let mut checkpoints = Vec::new();
+    let conditional = group
+        .iter()
+        .any(|t| matches!(&t.request, Request::Write(b) if b.conditional));
+    let mut overlay: HashMap<&[u8], Option<&[u8]>> = HashMap::new();
+    for t in group {
+        match &t.request {
+            Request::Write(batch) if !batch.conditional => {
+                for op in &batch.ops {
+                    let effect = match op {
+                        BatchOp::Put { key, value } => (key.as_slice(), Some(value.as_slice())),
+                        BatchOp::Delete { key } => (key.as_slice(), None),
+                        _ => unreachable!("unconditional batch"),
+                    };
+                    if conditional {
+                        overlay.insert(effect.0, effect.1);
+                    }
+                    ops.push(effect);
+                }
+                replies.push(Some(Ok(Reply::Write(WriteOutcome::Applied))));
+            }
+            Request::Write(batch) => {
+                let outcome = decide(store, batch, base, &mut overlay, &mut ops);
+                replies.push(Some(outcome.map(Reply::Write)));
+            }
+            Request::Checkpoint {
+                record,
+                generation,
+                moved,
+                fresh_segment,
+            } => {
+                checkpoints.push(GroupCheckpoint {
+                    record: *record,
+                    generation: *generation,
+                    moved,
+                    fresh_segment: *fresh_segment,
+                });
+                replies.push(None);
+            }
+        }
+    }
+    Decided {
+        replies,
+        ops: one_op_per_key(ops),
+        checkpoints,
+    }
+}
+
+/// Whether the group goes into the write buffer (`true`) or straight
+/// into the tree, and the version it then goes on from: groups whose
+/// keys crowd into few leaves (a load in key order, an ordered rewrite
+/// of a range) and large groups gain nothing from the buffer (each leaf
+/// they touch gets many keys anyway), so they go to the tree while the
+/// buffer is empty. A buffer holding less than such a group is merged
+/// into the tree first: else one small group ahead of an ordered load
+/// (a server's first short read) would send every group after it
+/// through the buffer and its merge, twice the work.
+fn route_group(
+    store: &Store,
+    mut base: Arc<Version>,
+    ops: &[Op<'_>],
+    op_count: usize,
+) -> (Arc<Version>, bool) {
+    let crowded = |base: &Version| op_count >= DIRECT_APPLY_OPS || dense(store, base, ops);
+    let mut buffered = op_count > 0 && (!base.buffer.is_empty() || !crowded(&base));
+    if buffered
+        && op_count >= FLUSH_BEFORE_DIRECT_MIN_OPS
+        && !base.buffer.is_empty()
+        && base.buffer.bytes() <= WriteBuffer::group_cost(ops)
+        && crowded(&base)
+    {
+        // On failure the group is buffered, as before.
+        match store.merge_buffer(&base, false) {
+            Ok(merged) => {
+                base = merged;
+                buffered = false;
+            }
+            Err(e) => {
+                store.note_error(format!("merging the write buffer: {e}"));
+            }
+        }
+    }
+    (base, buffered)
+}
+
+/// Appends the group's commit record (if `committing`, as commit
+/// `seq`) and checkpoint records in one write, synced when durability
+/// asks for it or a checkpoint is among them. Returns the bytes
+/// appended.
+fn append_group(
+    store: &Store,
+    w: &mut Writer,
+    seq: u64,
+    committing: bool,
+    op_refs: &[OpRef<'_>],
+    checkpoints: &[GroupCheckpoint<'_>],
+) -> Result<u64> {
+    let sync = store.opts().durability == Durability::Fsync || !checkpoints.is_empty();
+    let appended_before = w.log.appended;
+    w.log.append_group(
+        committing.then_some(seq),
+        checkpoints
+            .iter()
+            .map(|c| (c.record.seq, c.fresh_segment))
+            .max_by_key(|c| c.0),
+        &mut |emit, synced| {
+            if committing {
+                emit(RecordType::Commit, &mut |out| {
+                    CommitRecord::encode(out, synced, seq, op_refs.iter().copied())
+                });
+            }
+            for c in checkpoints {
+                // The last commit in the log precedes the record: this
+                // group's, if it has one.
+                let record = CheckpointRecord {
+                    log_seq: seq,
+                    ..c.record
+                };
+                emit(RecordType::Checkpoint, &mut |out| {
+                    record.encode(out, synced)
+                });
+            }
+        },
+        sync,
+    )?;
+    Ok(w.log.appended - appended_before)
+}
+
+/// The version after the group: the new tree (`applied`), or `base`
+/// with the group in its write buffer (`buffered`) or with nothing new
+/// but the log (a group of checkpoints only).
+fn next_version(
+    store: &Store,
+    base: &Version,
+    applied: Option<Applied>,
+    buffered: bool,
+    seq: u64,
+    visible_log_bytes: u64,
+    ops: &[Op<'_>],
+) -> Version {
+    match applied {
+        Some(a) => {
+            debug_assert!(base.buffer.is_empty());
+            let pairs = (base.pairs as i64 + a.pairs_delta) as u64;
+            Version {
+                epoch: base.epoch.clone(),
+                // A new buffer for the new tree: what a buffer learns
+                // about the tree under it must stay true while it lives.
+                ..Version::of_tree(a.root, seq, pairs, visible_log_bytes)
+            }
+        }
+        None => {
+            let mut next = Version {
+                visible_seq: seq.max(base.visible_seq),
+                visible_log_bytes,
+                ..base.clone()
+            };
+            if buffered {
+                next.buffer = Arc::new(base.buffer.with_group(ops, store.run_spares()));
+            }
+            if next.buffer.is_empty() {
+                next.log_bytes = visible_log_bytes;
+            }
+            next
+        }
+    }
+}
+
+/// For each checkpoint the group made durable: what it wrote may leave
+/// memory, and `next` starts a new epoch. Returns the epoch before, for
+/// the checkpointer to wait on (`None` without a checkpoint).
+fn release_checkpointed(
+    store: &Store,
+    next: &mut Version,
+    checkpoints: &[GroupCheckpoint<'_>],
+) -> Option<Weak<Epoch>> {
+    let mut old_epoch = None;
+    for c in checkpoints {
+        // The checkpoint is durable: what it wrote may now leave memory,
+        // and what the cleaner copied is read from its copy.
+        store.pager().set_durable_generation(c.generation);
+        if let Some(root) = next
+            .root
+            .as_ref()
+            .and_then(|r| release_written(store.pager(), r, c.moved))
+        {
+            next.root = Some(root);
+        }
+        // Versions from here on reference nothing the checkpoint left
+        // behind; the ones before may, until they are dropped.
+        old_epoch = Some(Arc::downgrade(&next.epoch));
+        next.epoch = Arc::new(Epoch);
+    }
+    old_epoch
+}
+
+/// Answers the group's checkpoints, now durable: the commit segments
+/// their records made obsolete, and the epoch before them (see
+/// `Reply::Checkpoint`).
+fn answer_checkpoints(
+    w: &mut Writer,
+    group: &[Arc<Ticket>],
+    replies: &mut Replies,
+    old_epoch: Option<Weak<Epoch>>,
+) {
+    for (r, t) in replies.iter_mut().zip(group) {
+        if let Request::Checkpoint { record, .. } = &t.request {
+            *r = Some(Ok(Reply::Checkpoint {
+                obsolete: w.log.release_through(record.replay_from),
+                old_epoch: old_epoch.clone().expect("a checkpoint in the group"),
+            }));
+        }
+    }
+}
+
+/// Fails every write of the group not already failed with `e` (the
+/// group's commit failed: nothing of it is in the log).
+fn fail_group(store: &Store, mut replies: Replies, e: &Error) -> Vec<Result<Reply>> {
+    for r in replies.iter_mut() {
+        if matches!(r, None | Some(Ok(_))) {
+            *r = Some(Err(e.duplicate()));
+        }
+    }
+    store.counters().commit_failed();
+    replies.into_iter().map(|r| r.expect("filled")).collect()
+}
+
+/// After a group is published and the writer lock let go: counts it,
+/// paces page writes, and wakes the checkpointer when one is due.
+fn after_group(store: &Store, bp: &Backpressure, batches: usize, log_file_bytes: u64) {
+    store.counters().group_committed(batches as u64);
+    // A checkpoint writes the tree: the commits still in the write
+    // buffer are not yet its to retire.
+    let log_bytes = store.current().log_bytes;
+    let redo = log_bytes.saturating_sub(store.counters().checkpointed_log_bytes());
+    let replayable = log_bytes.saturating_sub(store.counters().replayable_log_from());
+    let buffer_full = store.write_buffer_full();
+    bp.pace_page_writes(store);
+    if replayable >= store.opts().checkpoint_bytes
+        || buffer_full
+        || (redo >= EARLY_CHECKPOINT_MIN_BYTES && log_over_target(store, log_file_bytes))
+    {
+        bp.wake();
+    }
+}
+
+/// Whether the keys of `ops` (sorted, unique) crowd into the leaves of
+/// `v`'s tree: sampled at up to `DENSITY_SAMPLES` evenly spaced keys,
+/// the leaf each falls in holds `DENSE_KEYS_PER_LEAF` of them or more
+/// on average. `false` when a page read fails (the buffer needs none).
+fn dense(store: &Store, v: &Version, ops: &[Op<'_>]) -> bool {
+    let Some(root) = &v.root else {
+        return true;
+    };
+    // Fewer keys than the bar cannot reach it (single puts, mostly).
+    if ops.len() < DENSE_KEYS_PER_LEAF {
+        return false;
+    }
+    let keys: Vec<&[u8]> = ops.iter().map(|op| op.0).collect();
+    let samples = keys.len().min(DENSITY_SAMPLES);
+    let mut total = 0;
+    for s in 0..samples {
+        match keys_in_leaf_of(store.pager(), root, &keys, s * keys.len() / samples) {
+            Ok(n) => total += n,
+            Err(_) => return false,
+        }
+    }
+    total >= DENSE_KEYS_PER_LEAF * samples
+}
+
+/// Decides a batch with conditions against the tree plus the effects of
+/// earlier batches of the group (`overlay`); appends its effects to `ops`
+/// if every condition holds.
+fn decide<'a>(
+    store: &Store,
+    batch: &'a WriteBatch,
+    base: &Version,
+    overlay: &mut HashMap<&'a [u8], Option<&'a [u8]>>,
+    ops: &mut Vec<Op<'a>>,
+) -> Result<WriteOutcome> {
+    let mut local: HashMap<&'a [u8], Option<&'a [u8]>> = HashMap::new();
+    let mut effects = Vec::with_capacity(batch.ops.len());
+    let mut buf = Vec::new();
+    for (i, op) in batch.ops.iter().enumerate() {
+        let key = op.key();
+        // The value this op sees: this batch's, then the group's, then the tree's.
+        let current: Option<&[u8]> = match local.get(key).or_else(|| overlay.get(key)) {
+            Some(v) => *v,
+            None => {
+                let found = store.read(base, key, &mut buf)?;
+                found.then_some(buf.as_slice())
+            }
+        };
+        let effect: Option<Option<&'a [u8]>> = match op {
+            BatchOp::Put { value, .. } => Some(Some(value)),
+            BatchOp::Delete { .. } => Some(None),
+            BatchOp::InsertIfAbsent { value, .. } => current.is_none().then_some(Some(value)),
+            BatchOp::UpdateIfPresent { value, .. } => current.is_some().then_some(Some(value)),
+            BatchOp::CompareAndSwap {
+                expected, value, ..
+            } => (current == Some(expected.as_slice())).then_some(Some(value)),
+            BatchOp::CompareAndDelete { expected, .. } => {
+                (current == Some(expected.as_slice())).then_some(None)
+            }
+        };
+        match effect {
+            Some(e) => {
+                local.insert(key, e);
+                effects.push((key, e));
+            }
+            None => return Ok(WriteOutcome::ConditionFailed { op: i }),
+        }
+    }
+    for (k, v) in effects {
+        overlay.insert(k, v);
+        ops.push((k, v));
+    }
+    Ok(WriteOutcome::Applied)
+}
+
+/// One operation per key, the last one written, in key order. Left as it
+/// is when already so (the common case: one batch, or keys in order).
+fn one_op_per_key(ops: Vec<Op<'_>>) -> Vec<Op<'_>> {
+    if ops.windows(2).all(|p| compare_keys(p[0].0, p[1].0).is_lt()) {
+        return ops;
+    }
+    let mut ops = ops;
+    // Stable, so the last write to a key stays last.
+    ops.sort_by(|a, b| compare_keys(a.0, b.0));
+    let mut deduped: Vec<Op<'_>> = Vec::with_capacity(ops.len());
+    for op in ops {
+        match deduped.last_mut() {
+            Some(last) if last.0 == op.0 => *last = op,
+            _ => deduped.push(op),
+        }
+    }
+    deduped
+}

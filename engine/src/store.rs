@@ -1,0 +1,262 @@
+//! The state every part of the engine shares: where the store lives, the
+//! pager and the published version (what readers read and the writer
+//! replaces), the options, the counters and the store's health.
+//!
+//! Below every owner (the commit path, the checkpointer, the background
+//! thread, readers), so that each can be handed what it needs without
+//! reaching into the others. Writes to the published version happen only
+//! under the commit path's writer lock (`CommitPath`), which is what makes
+//! `merge_buffer` safe to call from there.
+
+use crate::counters::Counters;
+use crate::error::{Error, Result};
+use crate::options::Options;
+use crate::version::{Reclaimer, Version};
+use crate::write_buffer::{Lookup, SpareArrays};
+use arc_swap::{ArcSwap, Guard};
+use kivi_storage::Storage;
+use kivi_tree::{apply, get_into, Pager, TreeConfig};
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// What opening found, reported by `stats()`.
+pub(crate) struct OpenReport {
+    /// Where opening cut off a torn tail: file and offset.
+    pub torn_tail: Option<(String, u64)>,
+    /// Commits replayed.
+    pub replayed: u64,
+    /// Damage found in log records a checkpoint already covers.
+    pub damage: Vec<String>,
+}
+
+pub(crate) struct Store {
+    path: String,
+    storage: Arc<dyn Storage>,
+    pager: Pager,
+    tree_cfg: TreeConfig,
+    opts: Options,
+    store_id: [u8; 16],
+    published: ArcSwap<Version>,
+    /// Frees superseded versions off the commit path.
+    reclaimer: Reclaimer,
+    /// Arrays of the write buffer's dropped runs, for its next merges (at
+    /// most a quarter of `write_buffer_bytes`).
+    run_spares: Arc<SpareArrays>,
+    counters: Counters,
+    closed: AtomicBool,
+    opened_at: Instant,
+    last_error: Mutex<Option<String>>,
+    opened: OpenReport,
+}
+
+impl Store {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        path: String,
+        storage: Arc<dyn Storage>,
+        pager: Pager,
+        tree_cfg: TreeConfig,
+        opts: Options,
+        store_id: [u8; 16],
+        version: Version,
+        counters: Counters,
+        opened: OpenReport,
+    ) -> Store {
+        let run_spares = SpareArrays::new(opts.write_buffer_bytes / 4);
+        Store {
+            path,
+            storage,
+            pager,
+            tree_cfg,
+            opts,
+            store_id,
+            published: ArcSwap::from_pointee(version),
+            reclaimer: Reclaimer::default(),
+            run_spares,
+            counters,
+            closed: AtomicBool::new(false),
+            opened_at: Instant::now(),
+            last_error: Mutex::new(None),
+            opened,
+        }
+    }
+
+    /// Where the store lives, as given when it was opened.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    pub fn storage(&self) -> &Arc<dyn Storage> {
+        &self.storage
+    }
+
+    pub fn pager(&self) -> &Pager {
+        &self.pager
+    }
+
+    pub fn tree_cfg(&self) -> &TreeConfig {
+        &self.tree_cfg
+    }
+
+    pub fn opts(&self) -> &Options {
+        &self.opts
+    }
+
+    pub fn store_id(&self) -> [u8; 16] {
+        self.store_id
+    }
+
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    pub fn reclaimer(&self) -> &Reclaimer {
+        &self.reclaimer
+    }
+
+    pub fn run_spares(&self) -> &Arc<SpareArrays> {
+        &self.run_spares
+    }
+
+    pub fn opened(&self) -> &OpenReport {
+        &self.opened
+    }
+
+    /// The published version, for a short look.
+    #[inline]
+    pub fn current(&self) -> Guard<Arc<Version>> {
+        self.published.load()
+    }
+
+    /// The published version, to hold.
+    #[inline]
+    pub fn current_full(&self) -> Arc<Version> {
+        self.published.load_full()
+    }
+
+    /// Publishes `next`; returns the version it replaces. Only under the
+    /// writer lock (see the module's doc).
+    pub fn publish(&self, next: Arc<Version>) -> Arc<Version> {
+        self.published.swap(next)
+    }
+
+    /// Remembers `message` as the most recent background error.
+    pub fn note_error(&self, message: String) {
+        *self.last_error.lock() = Some(message);
+    }
+
+    pub fn last_error(&self) -> Option<String> {
+        self.last_error.lock().clone()
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    pub fn mark_closed(&self) {
+        self.closed.store(true, Ordering::Release);
+    }
+
+    pub fn now_ms(&self) -> u64 {
+        self.opened_at.elapsed().as_millis() as u64
+    }
+
+    /// Reads `key` as of version `v`: the write buffer, then the tree.
+    pub fn read(&self, v: &Version, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+        match v.buffer.get_into(key, out) {
+            Lookup::Found => Ok(true),
+            Lookup::Deleted => Ok(false),
+            Lookup::NotHere => match &v.root {
+                None => Ok(false),
+                Some(root) => Ok(get_into(&self.pager, root, key, out)?),
+            },
+        }
+    }
+
+    /// Pairs in version `v`: the tree's, changed by what the buffer holds.
+    pub fn pairs(&self, v: &Version) -> Result<u64> {
+        let delta = self.buffer_pairs_delta(v)?;
+        Ok((v.pairs as i64 + delta) as u64)
+    }
+
+    pub fn buffer_pairs_delta(&self, v: &Version) -> Result<i64> {
+        if v.visible_seq == v.seq {
+            return Ok(0);
+        }
+        let mut buf = Vec::new();
+        v.buffer.pairs_delta(&mut |key| match &v.root {
+            None => Ok(false),
+            Some(root) => get_into(&self.pager, root, key, &mut buf).map_err(Error::from),
+        })
+    }
+
+    /// The memory the write buffer may hold before it is merged: half the
+    /// write buffer, the other half being for the tree's unwritten changes.
+    pub fn buffer_limit(&self) -> u64 {
+        self.opts.write_buffer_bytes / 2
+    }
+
+    /// Whether the write buffer under `v` is due to be merged into the tree:
+    /// it holds its share of memory, or half of `checkpoint_bytes` of commit
+    /// log (which no checkpoint can retire until the merge); and the tree
+    /// has room for what the merge adds (see `merge_has_room`).
+    pub fn buffer_wants_merge(&self, v: &Version) -> bool {
+        !v.buffer.is_empty()
+            && (v.buffer.bytes() >= self.buffer_limit()
+                || v.visible_log_bytes - v.log_bytes >= self.opts.checkpoint_bytes / 2)
+            && self.merge_has_room(v)
+    }
+
+    /// Whether a merge of `v`'s buffer may add to the tree's unwritten
+    /// changes now: they are under `write_buffer_bytes`, or the buffer has
+    /// grown to twice its share. A merge can add more than it takes from
+    /// the buffer (whole leaves against buffered pairs); made while the
+    /// unwritten changes sit at the writers' hard limit, behind stalled
+    /// checkpoints, it took them past it. Deferred, the buffer grows
+    /// instead, which the writers' limit counts.
+    pub fn merge_has_room(&self, v: &Version) -> bool {
+        self.pager.dirty_bytes() < self.opts.write_buffer_bytes
+            || v.buffer.bytes() >= self.buffer_limit().saturating_mul(2)
+    }
+
+    /// Merges the write buffer of `base`, the published version, into the
+    /// tree and publishes the result, which it returns. The caller holds
+    /// the writer lock. On failure nothing changes. `background`: on one
+    /// thread, leaving the other core to the readers.
+    pub fn merge_buffer(&self, base: &Arc<Version>, background: bool) -> Result<Arc<Version>> {
+        debug_assert!(Arc::ptr_eq(base, &self.published.load()));
+        if base.buffer.is_empty() {
+            return Ok(base.clone());
+        }
+        let cfg = TreeConfig {
+            parallel: !background,
+            ..self.tree_cfg
+        };
+        let a = base
+            .buffer
+            .with_newest(|ops| apply(&self.pager, &cfg, base.root.as_ref(), ops))?;
+        let pairs = (base.pairs as i64 + a.pairs_delta) as u64;
+        let next = Arc::new(Version {
+            epoch: base.epoch.clone(),
+            ..Version::of_tree(a.root, base.visible_seq, pairs, base.visible_log_bytes)
+        });
+        self.counters.buffer_merged();
+        let old = self.published.swap(next.clone());
+        self.reclaimer.dispose(old);
+        Ok(next)
+    }
+
+    /// Memory held by changes no checkpoint has written yet: the tree's,
+    /// and the write buffer's (which a merge turns into the tree's).
+    pub fn unwritten_bytes(&self) -> u64 {
+        self.pager.dirty_bytes() + self.published.load().buffer.bytes()
+    }
+
+    /// Whether the changes not yet written by a checkpoint hold as much
+    /// memory as `write_buffer_bytes` allows.
+    pub fn write_buffer_full(&self) -> bool {
+        self.pager.dirty_bytes() >= self.opts.write_buffer_bytes
+    }
+}
