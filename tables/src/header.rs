@@ -1,6 +1,7 @@
 //! The two file headers, packed little-endian with no padding, and the
 //! checks a reader makes before trusting any other byte of the files.
 
+use crate::bytes::{u32_at, u64_at};
 use crate::error::{Error, Result};
 use crate::hash::HashSize;
 use crate::limits;
@@ -62,14 +63,6 @@ pub struct LogHeader {
     pub compression_block_size: u32,
     pub put_size: u64,
     pub max_entries_per_block: u32,
-}
-
-fn u32_at(b: &[u8], off: usize) -> u32 {
-    u32::from_le_bytes(b[off..off + 4].try_into().expect("4 bytes"))
-}
-
-fn u64_at(b: &[u8], off: usize) -> u64 {
-    u64::from_le_bytes(b[off..off + 8].try_into().expect("8 bytes"))
 }
 
 impl LogHeader {

@@ -2,8 +2,9 @@
 //! fresh or incremental, in memory or region by region within a memory
 //! limit (`partition.rs`), always producing the same bytes.
 
+use crate::atomic_file::{self, TempGuard};
+use crate::bytes::read_le;
 use crate::error::{Error, Result};
-use crate::fsutil;
 use crate::hash::HashSize;
 use crate::header::{IndexHeader, LogHeader, INDEX_HEADER_LEN, LOG_HEADER_LEN};
 use crate::limits::DEFAULT_MEMORY_LIMIT;
@@ -12,7 +13,7 @@ use crate::partition::{self, Event, RegionOps, RegionWriter, Stop};
 use crate::robin::{KeyReader, MemTable, Op, OpKind, SlotStats, LOOKAHEAD};
 use crate::slots::SlotVec;
 use std::fs::{File, OpenOptions};
-use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
+use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
@@ -247,8 +248,8 @@ pub(crate) fn build_index_from(
         start,
     };
 
-    let tmp = fsutil::temp_path(index_path);
-    let mut guard = fsutil::TempGuard::new(tmp.clone());
+    let guard = TempGuard::beside(index_path);
+    let tmp = guard.path().to_path_buf();
     let file = OpenOptions::new()
         .read(true)
         .write(true)
@@ -287,7 +288,7 @@ pub(crate) fn build_index_from(
         let temp_dir = opts
             .temp_dir
             .clone()
-            .unwrap_or_else(|| fsutil::parent_dir(index_path).to_path_buf());
+            .unwrap_or_else(|| atomic_file::parent_dir(index_path).to_path_buf());
         match build_partitioned(
             &ops,
             &keys,
@@ -346,11 +347,7 @@ pub(crate) fn build_index_from(
     };
     file.write_all_at(&header.to_bytes(), 0)
         .map_err(|e| Error::io(&tmp, "write header", e))?;
-    fsutil::sync_file(&file, &tmp)?;
-    drop(file);
-    fsutil::rename(&tmp, index_path)?;
-    guard.disarm();
-    fsutil::sync_dir(fsutil::parent_dir(index_path))?;
+    atomic_file::replace(file, guard, index_path)?;
     Ok(BuildReport {
         header,
         regions,
@@ -476,20 +473,6 @@ const EXTENSION_RESERVE: u64 = 4096;
 
 /// How much of the log a build's pass reads before it releases it.
 const RELEASE_STEP: u64 = 8 << 20;
-
-#[inline]
-pub(crate) fn read_le(b: &[u8]) -> u64 {
-    // Slots hold 4- or 8-byte fields: fixed-size loads, not a memcpy call.
-    if let Ok(b4) = <[u8; 4]>::try_from(b) {
-        return u64::from(u32::from_le_bytes(b4));
-    }
-    if let Ok(b8) = <[u8; 8]>::try_from(b) {
-        return u64::from_le_bytes(b8);
-    }
-    let mut v = [0u8; 8];
-    v[..b.len()].copy_from_slice(b);
-    u64::from_le_bytes(v)
-}
 
 /// Writes the file bytes of slots `first..` (already in the file's layout).
 fn write_slots(file: &File, tmp: &Path, p: &Params, first: u64, bytes: &[u8]) -> Result<()> {
@@ -654,20 +637,4 @@ fn table_stats(file: &File, tmp: &Path, p: &Params) -> Result<SlotStats> {
         st.observe(read_le(&slot[..hs]), read_le(&slot[hs..ss]), p.cap);
     }
     Ok(st.finish())
-}
-
-/// Writes `data` to a new file at `path` the crash-safe way.
-pub(crate) fn write_file_atomically(path: &Path, data: &[u8]) -> Result<()> {
-    let tmp = fsutil::temp_path(path);
-    let mut guard = fsutil::TempGuard::new(tmp.clone());
-    let f = File::create(&tmp).map_err(|e| Error::io(&tmp, "create", e))?;
-    let mut w = BufWriter::new(f);
-    w.write_all(data).map_err(|e| Error::io(&tmp, "write", e))?;
-    let f = w
-        .into_inner()
-        .map_err(|e| Error::io(&tmp, "write", e.into_error()))?;
-    fsutil::sync_file(&f, &tmp)?;
-    fsutil::rename(&tmp, path)?;
-    guard.disarm();
-    fsutil::sync_dir(fsutil::parent_dir(path))
 }
