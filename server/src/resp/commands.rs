@@ -286,20 +286,27 @@ fn parse_i64(b: &[u8]) -> Option<i64> {
     s.parse().ok()
 }
 
-/// Reads `key`, builds a conditional batch from what it found, and retries
-/// while another write to the key came in between.
-async fn read_then_write<T>(
+/// What one attempt of a read-then-write command decided.
+enum Attempt {
+    /// Write this conditional batch and, once it applies, answer this.
+    Write(WriteBatch, Reply),
+    /// Nothing to write: what was read is the answer.
+    Answer(Reply),
+}
+
+/// Runs a read-then-write command: `attempt` reads and builds a batch
+/// whose conditions hold only if what it read is unchanged; the batch is
+/// written, and the whole attempt made again while another write to the
+/// `what` ("key" or "keys") came in between, at most `MAX_RETRIES` times.
+async fn read_then_write(
     shared: &Shared,
-    key: &[u8],
-    mut plan: impl FnMut(Option<Vec<u8>>) -> Result<Option<(WriteBatch, T)>, Reply>,
-) -> Result<T, Reply>
-where
-    T: Clone,
-{
+    what: &str,
+    mut attempt: impl FnMut() -> Result<Attempt, Reply>,
+) -> Result<Reply, Reply> {
     for _ in 0..MAX_RETRIES {
-        let old = get(shared, key)?;
-        let Some((b, answer)) = plan(old)? else {
-            unreachable!("plans here always write")
+        let (b, answer) = match attempt()? {
+            Attempt::Write(b, answer) => (b, answer),
+            Attempt::Answer(answer) => return Ok(answer),
         };
         match write(shared, b).await {
             Ok(WriteOutcome::Applied) => return Ok(answer),
@@ -307,7 +314,9 @@ where
             Err(e) => return Err(refused(e)),
         }
     }
-    Err(Reply::err("the key changed under every retry; try again"))
+    Err(Reply::err(format!(
+        "the {what} changed under every retry; try again"
+    )))
 }
 
 /// A batch that applies only if `key` still holds `old` (or is still
@@ -331,7 +340,8 @@ fn guarded(
 }
 
 async fn incr(shared: &Shared, key: &[u8], by: i64) -> Result<Reply, Reply> {
-    read_then_write(shared, key, |old| {
+    read_then_write(shared, "key", || {
+        let old = get(shared, key)?;
         let current = match &old {
             None => 0,
             Some(v) => parse_i64(v).ok_or_else(not_an_integer)?,
@@ -343,26 +353,22 @@ async fn incr(shared: &Shared, key: &[u8], by: i64) -> Result<Reply, Reply> {
             b.put(key.to_vec(), new.to_string().into_bytes())
                 .map(|_| ())
         })?;
-        Ok(Some((b, Reply::Int(new))))
+        Ok(Attempt::Write(b, Reply::Int(new)))
     })
     .await
 }
 
 async fn getdel(shared: &Shared, key: &[u8]) -> Result<Reply, Reply> {
-    for _ in 0..MAX_RETRIES {
+    read_then_write(shared, "key", || {
         let Some(old) = get(shared, key)? else {
-            return Ok(Reply::Null);
+            return Ok(Attempt::Answer(Reply::Null));
         };
         let mut b = WriteBatch::new();
         b.compare_and_delete(key.to_vec(), old.clone())
             .map_err(refused)?;
-        match write(shared, b).await {
-            Ok(WriteOutcome::Applied) => return Ok(Reply::Bulk(old)),
-            Ok(WriteOutcome::ConditionFailed { .. }) => continue,
-            Err(e) => return Err(refused(e)),
-        }
-    }
-    Err(Reply::err("the key changed under every retry; try again"))
+        Ok(Attempt::Write(b, Reply::Bulk(old)))
+    })
+    .await
 }
 
 /// DEL: how many of the keys existed, all deleted in one atomic batch
@@ -371,7 +377,7 @@ async fn del(shared: &Shared, keys: &[Vec<u8>]) -> Result<Reply, Reply> {
     let mut unique: Vec<&Vec<u8>> = keys.iter().collect();
     unique.sort();
     unique.dedup();
-    for _ in 0..MAX_RETRIES {
+    read_then_write(shared, "keys", || {
         let mut b = WriteBatch::new();
         let mut count = 0;
         for k in &unique {
@@ -381,15 +387,11 @@ async fn del(shared: &Shared, keys: &[Vec<u8>]) -> Result<Reply, Reply> {
             }
         }
         if count == 0 {
-            return Ok(Reply::Int(0));
+            return Ok(Attempt::Answer(Reply::Int(0)));
         }
-        match write(shared, b).await {
-            Ok(WriteOutcome::Applied) => return Ok(Reply::Int(count)),
-            Ok(WriteOutcome::ConditionFailed { .. }) => continue,
-            Err(e) => return Err(refused(e)),
-        }
-    }
-    Err(Reply::err("the keys changed under every retry; try again"))
+        Ok(Attempt::Write(b, Reply::Int(count)))
+    })
+    .await
 }
 
 /// SET with GET (plain SETs are pipelined writes): the old value, or nil.
@@ -397,21 +399,17 @@ async fn set_get(shared: &Shared, args: &[Vec<u8>]) -> Result<Reply, Reply> {
     let o = set_options(&args[3..])?;
     debug_assert!(o.get, "plain SETs are pipelined");
     let (key, value) = (&args[1], &args[2]);
-    for _ in 0..MAX_RETRIES {
+    read_then_write(shared, "key", || {
         let old = get(shared, key)?;
         let applies = !(o.nx && old.is_some() || o.xx && old.is_none());
         if !applies {
             // Nothing to write; the read is the answer.
-            return Ok(old.map_or(Reply::Null, Reply::Bulk));
+            return Ok(Attempt::Answer(old.map_or(Reply::Null, Reply::Bulk)));
         }
         let b = guarded(key, &old, |b| b.put(key.clone(), value.clone()).map(|_| ()))?;
-        match write(shared, b).await {
-            Ok(WriteOutcome::Applied) => return Ok(old.map_or(Reply::Null, Reply::Bulk)),
-            Ok(WriteOutcome::ConditionFailed { .. }) => continue,
-            Err(e) => return Err(refused(e)),
-        }
-    }
-    Err(Reply::err("the key changed under every retry; try again"))
+        Ok(Attempt::Write(b, old.map_or(Reply::Null, Reply::Bulk)))
+    })
+    .await
 }
 
 /// SCAN cursor [MATCH pattern] [COUNT n] [TYPE type]. Cursors are numbers
