@@ -47,7 +47,9 @@ pub use check::CheckReport;
 pub use db::Db;
 pub use error::{Error, Result};
 pub use iter::{Iter, Scan, Snapshot};
-/// Sealed tables: sparkey-compatible immutable hash tables (the `kivi-tables` crate).
+/// Sealed tables: sparkey-compatible immutable hash tables (the `kivi-tables`
+/// crate; the `tables` feature, on by default).
+#[cfg(feature = "tables")]
 pub use kivi_tables as table;
 pub use options::{default_cache_bytes, Durability, Options, MIN_DEFAULT_CACHE_BYTES};
 pub use pipeline::WriteOutcome;

@@ -1,6 +1,7 @@
 //! The two file headers, packed little-endian with no padding, and the
 //! checks a reader makes before trusting any other byte of the files.
 
+use crate::bytes::{u32_at, u64_at};
 use crate::error::{Error, Result};
 use crate::hash::HashSize;
 use crate::limits;
@@ -46,6 +47,94 @@ impl Compression {
     }
 }
 
+/// What sets the two headers apart where they are parsed alike.
+struct Kind {
+    /// "log" or "index", as the error messages name the file.
+    name: &'static str,
+    len: usize,
+    magic: u32,
+    max_minor: u32,
+}
+
+const LOG: Kind = Kind {
+    name: "log",
+    len: LOG_HEADER_LEN,
+    magic: LOG_MAGIC,
+    max_minor: 0,
+};
+
+const INDEX: Kind = Kind {
+    name: "index",
+    len: INDEX_HEADER_LEN,
+    magic: INDEX_MAGIC,
+    max_minor: 1,
+};
+
+/// A header being parsed: the checks both headers start with (length,
+/// magic, version) are done, and its errors name the file and the offset.
+struct Parse<'a> {
+    path: &'a Path,
+    major: u32,
+    minor: u32,
+}
+
+impl<'a> Parse<'a> {
+    fn start(kind: &Kind, bytes: &[u8], path: &'a Path) -> Result<Parse<'a>> {
+        let p = Parse {
+            path,
+            major: 0,
+            minor: 0,
+        };
+        let name = kind.name;
+        if bytes.len() < kind.len {
+            return p.bad(
+                0,
+                format!(
+                    "{name} is {} bytes, shorter than its {}-byte header",
+                    bytes.len(),
+                    kind.len
+                ),
+            );
+        }
+        let magic = u32_at(bytes, 0);
+        if magic != kind.magic {
+            return p.bad(
+                0,
+                format!(
+                    "bad {name} magic {magic:#010x} (expected {:#010x})",
+                    kind.magic
+                ),
+            );
+        }
+        let major = u32_at(bytes, 4);
+        let minor = u32_at(bytes, 8);
+        if major != 1 {
+            return p.bad(4, format!("unsupported {name} major version {major}"));
+        }
+        if minor > kind.max_minor {
+            return p.bad(8, format!("unsupported {name} minor version {minor}"));
+        }
+        Ok(Parse { major, minor, ..p })
+    }
+
+    fn bad<T>(&self, off: u64, what: String) -> Result<T> {
+        Err(Error::corrupt(self.path, off, what))
+    }
+
+    /// A field (at `off`) that may not exceed another.
+    fn at_most(
+        &self,
+        off: u64,
+        (name, v): (&str, u64),
+        (limit_name, limit): (&str, u64),
+    ) -> Result<()> {
+        if v > limit {
+            return self.bad(off, format!("{name} {v} exceeds {limit_name} {limit}"));
+        }
+        Ok(())
+    }
+}
+
 /// The `.spl` header (spec §1.1).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogHeader {
@@ -62,14 +151,6 @@ pub struct LogHeader {
     pub compression_block_size: u32,
     pub put_size: u64,
     pub max_entries_per_block: u32,
-}
-
-fn u32_at(b: &[u8], off: usize) -> u32 {
-    u32::from_le_bytes(b[off..off + 4].try_into().expect("4 bytes"))
-}
-
-fn u64_at(b: &[u8], off: usize) -> u64 {
-    u64::from_le_bytes(b[off..off + 8].try_into().expect("8 bytes"))
 }
 
 impl LogHeader {
@@ -99,38 +180,14 @@ impl LogHeader {
 
     /// Parses and checks the header of a log file of `file_len` bytes.
     pub fn parse(bytes: &[u8], file_len: u64, path: &Path) -> Result<Self> {
-        let bad = |off: usize, what: String| Err(Error::corrupt(path, off as u64, what));
-        if bytes.len() < LOG_HEADER_LEN {
-            return bad(
-                0,
-                format!(
-                    "log is {} bytes, shorter than its 84-byte header",
-                    bytes.len()
-                ),
-            );
-        }
-        let magic = u32_at(bytes, 0);
-        if magic != LOG_MAGIC {
-            return bad(
-                0,
-                format!("bad log magic {magic:#010x} (expected {LOG_MAGIC:#010x})"),
-            );
-        }
-        let major = u32_at(bytes, 4);
-        let minor = u32_at(bytes, 8);
-        if major != 1 {
-            return bad(4, format!("unsupported log major version {major}"));
-        }
-        if minor > 0 {
-            return bad(8, format!("unsupported log minor version {minor}"));
-        }
+        let p = Parse::start(&LOG, bytes, path)?;
         let code = u32_at(bytes, 64);
         let Some(compression) = Compression::from_code(code) else {
-            return bad(64, format!("unknown compression type {code}"));
+            return p.bad(64, format!("unknown compression type {code}"));
         };
         let h = LogHeader {
-            major,
-            minor,
+            major: p.major,
+            minor: p.minor,
             file_identifier: u32_at(bytes, 12),
             num_puts: u64_at(bytes, 16),
             num_deletes: u64_at(bytes, 24),
@@ -143,37 +200,37 @@ impl LogHeader {
             put_size: u64_at(bytes, 72),
             max_entries_per_block: u32_at(bytes, 80),
         };
-        if h.data_end < LOG_HEADER_LEN as u64 {
-            return bad(32, format!("data_end {} is inside the header", h.data_end));
-        }
-        if h.num_puts > h.data_end {
-            return bad(
-                16,
-                format!("num_puts {} exceeds data_end {}", h.num_puts, h.data_end),
+        h.check(&p, file_len)?;
+        Ok(h)
+    }
+
+    /// The checks of a parsed log header's fields.
+    fn check(&self, p: &Parse<'_>, file_len: u64) -> Result<()> {
+        if self.data_end < LOG_HEADER_LEN as u64 {
+            return p.bad(
+                32,
+                format!("data_end {} is inside the header", self.data_end),
             );
         }
-        if h.num_deletes > h.data_end {
-            return bad(
-                24,
-                format!(
-                    "num_deletes {} exceeds data_end {}",
-                    h.num_deletes, h.data_end
-                ),
-            );
-        }
-        if file_len < h.data_end {
-            return bad(
+        p.at_most(16, ("num_puts", self.num_puts), ("data_end", self.data_end))?;
+        p.at_most(
+            24,
+            ("num_deletes", self.num_deletes),
+            ("data_end", self.data_end),
+        )?;
+        if file_len < self.data_end {
+            return p.bad(
                 32,
                 format!(
                     "data_end {} is past the end of the {file_len}-byte file",
-                    h.data_end
+                    self.data_end
                 ),
             );
         }
-        if compression != Compression::None {
-            let bs = h.compression_block_size;
+        if self.compression != Compression::None {
+            let bs = self.compression_block_size;
             if bs == 0 || u64::from(bs) > limits::MAX_BLOCK_SIZE {
-                return bad(
+                return p.bad(
                     68,
                     format!(
                         "compression block size {bs} outside 1..={}",
@@ -182,7 +239,7 @@ impl LogHeader {
                 );
             }
         }
-        Ok(h)
+        Ok(())
     }
 
     pub fn to_bytes(&self) -> [u8; LOG_HEADER_LEN] {
@@ -243,38 +300,14 @@ impl IndexHeader {
 
     /// Parses and checks the header of an index file of `file_len` bytes.
     pub fn parse(bytes: &[u8], file_len: u64, path: &Path) -> Result<Self> {
-        let bad = |off: usize, what: String| Err(Error::corrupt(path, off as u64, what));
-        if bytes.len() < INDEX_HEADER_LEN {
-            return bad(
-                0,
-                format!(
-                    "index is {} bytes, shorter than its 112-byte header",
-                    bytes.len()
-                ),
-            );
-        }
-        let magic = u32_at(bytes, 0);
-        if magic != INDEX_MAGIC {
-            return bad(
-                0,
-                format!("bad index magic {magic:#010x} (expected {INDEX_MAGIC:#010x})"),
-            );
-        }
-        let major = u32_at(bytes, 4);
-        let minor = u32_at(bytes, 8);
-        if major != 1 {
-            return bad(4, format!("unsupported index major version {major}"));
-        }
-        if minor > 1 {
-            return bad(8, format!("unsupported index minor version {minor}"));
-        }
+        let p = Parse::start(&INDEX, bytes, path)?;
         let hs = u32_at(bytes, 72);
         let Some(hash_size) = HashSize::from_bytes(hs) else {
-            return bad(72, format!("hash header corrupt: hash size {hs}"));
+            return p.bad(72, format!("hash header corrupt: hash size {hs}"));
         };
         let h = IndexHeader {
-            major,
-            minor,
+            major: p.major,
+            minor: p.minor,
             file_identifier: u32_at(bytes, 12),
             hash_seed: u32_at(bytes, 16),
             data_end: u64_at(bytes, 20),
@@ -291,69 +324,49 @@ impl IndexHeader {
             hash_collisions: u64_at(bytes, 96),
             total_displacement: u64_at(bytes, 104),
         };
-        if h.address_size != 4 && h.address_size != 8 {
-            return bad(
+        h.check(&p, file_len)?;
+        Ok(h)
+    }
+
+    /// The checks of a parsed index header's fields.
+    fn check(&self, p: &Parse<'_>, file_len: u64) -> Result<()> {
+        if self.address_size != 4 && self.address_size != 8 {
+            return p.bad(
                 68,
-                format!("hash header corrupt: address size {}", h.address_size),
+                format!("hash header corrupt: address size {}", self.address_size),
             );
         }
-        if h.num_entries > h.num_puts {
-            return bad(
-                60,
-                format!(
-                    "num_entries {} exceeds num_puts {}",
-                    h.num_entries, h.num_puts
-                ),
-            );
-        }
-        if h.max_displacement > h.num_entries {
-            return bad(
-                84,
-                format!(
-                    "max_displacement {} exceeds num_entries {}",
-                    h.max_displacement, h.num_entries
-                ),
-            );
-        }
-        if h.hash_collisions > h.num_entries {
-            return bad(
-                96,
-                format!(
-                    "hash_collisions {} exceeds num_entries {}",
-                    h.hash_collisions, h.num_entries
-                ),
-            );
-        }
+        let entries = ("num_entries", self.num_entries);
+        p.at_most(60, entries, ("num_puts", self.num_puts))?;
+        p.at_most(84, ("max_displacement", self.max_displacement), entries)?;
+        p.at_most(96, ("hash_collisions", self.hash_collisions), entries)?;
         // kivi's own checks: a capacity of 0 would divide by zero, and an
         // entry index needing more than 32 bits cannot come from a block of
         // at most 2^30 bytes.
-        if h.hash_capacity == 0 {
-            return bad(76, "hash capacity 0".into());
+        if self.hash_capacity == 0 {
+            return p.bad(76, "hash capacity 0".into());
         }
-        if h.entry_block_bits > 32 {
-            return bad(
+        if self.entry_block_bits > 32 {
+            return p.bad(
                 92,
-                format!("entry_block_bits {} over 32", h.entry_block_bits),
+                format!("entry_block_bits {} over 32", self.entry_block_bits),
             );
         }
-        let needed = h
+        let needed = self
             .hash_capacity
-            .checked_mul(h.slot_size())
+            .checked_mul(self.slot_size())
             .and_then(|n| n.checked_add(INDEX_HEADER_LEN as u64));
         match needed {
-            Some(n) if n <= file_len => {}
-            _ => {
-                return bad(
-                    76,
-                    format!(
-                        "{} slots of {} bytes do not fit in the {file_len}-byte file",
-                        h.hash_capacity,
-                        h.slot_size()
-                    ),
-                )
-            }
+            Some(n) if n <= file_len => Ok(()),
+            _ => p.bad(
+                76,
+                format!(
+                    "{} slots of {} bytes do not fit in the {file_len}-byte file",
+                    self.hash_capacity,
+                    self.slot_size()
+                ),
+            ),
         }
-        Ok(h)
     }
 
     /// The checks tying an index to its log (spec §1.4).

@@ -2,8 +2,9 @@
 //! fresh or incremental, in memory or region by region within a memory
 //! limit (`partition.rs`), always producing the same bytes.
 
+use crate::atomic_file::{self, TempGuard};
+use crate::bytes::read_le;
 use crate::error::{Error, Result};
-use crate::fsutil;
 use crate::hash::HashSize;
 use crate::header::{IndexHeader, LogHeader, INDEX_HEADER_LEN, LOG_HEADER_LEN};
 use crate::limits::DEFAULT_MEMORY_LIMIT;
@@ -12,7 +13,7 @@ use crate::partition::{self, Event, RegionOps, RegionWriter, Stop};
 use crate::robin::{KeyReader, MemTable, Op, OpKind, SlotStats, LOOKAHEAD};
 use crate::slots::SlotVec;
 use std::fs::{File, OpenOptions};
-use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
+use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
@@ -83,6 +84,12 @@ struct Params {
     address_size: u32,
     bits: u32,
     seed: u32,
+}
+
+impl Params {
+    fn slot_size(&self) -> u64 {
+        u64::from(self.hash_size.bytes() + self.address_size)
+    }
 }
 
 fn address_size(data_end: u64, bits: u32) -> u32 {
@@ -184,6 +191,96 @@ pub(crate) fn build_index_from(
     opts: &IndexOptions,
 ) -> Result<BuildReport> {
     let lh = &log.header;
+    let (params, previous) = match plan(log, index_path, opts)? {
+        Plan::Unchanged(header) => {
+            return Ok(BuildReport {
+                header,
+                regions: 0,
+                region_runs: 0,
+                fell_back: false,
+                incremental: true,
+                unchanged: true,
+            })
+        }
+        Plan::Build(params, previous) => (params, previous),
+    };
+    let prev = previous.as_ref();
+    let ops = OpSource {
+        data: log.data(),
+        map: log,
+        params,
+        prev,
+        start: prev.map_or(LOG_HEADER_LEN as u64, |p| p.header.data_end),
+    };
+
+    let guard = TempGuard::beside(index_path);
+    let tmp = guard.path().to_path_buf();
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&tmp)
+        .map_err(|e| Error::io(&tmp, "create", e))?;
+    let file_len = INDEX_HEADER_LEN as u64 + params.cap * params.slot_size();
+    file.set_len(file_len)
+        .map_err(|e| Error::io(&tmp, "set length", e))?;
+    let temp_dir = opts
+        .temp_dir
+        .clone()
+        .unwrap_or_else(|| atomic_file::parent_dir(index_path).to_path_buf());
+    let filled = fill_slots(&ops, &file, &tmp, opts.memory_limit, &temp_dir)?;
+
+    // Statistics over the finished table, read back in slot order.
+    let stats = match filled.stats {
+        Some(s) => s,
+        None => table_stats(&file, &tmp, &params)?,
+    };
+    let old_garbage = prev.map_or(0, |p| p.header.garbage_size);
+    let header = IndexHeader {
+        major: 1,
+        minor: 1,
+        file_identifier: lh.file_identifier,
+        hash_seed: params.seed,
+        data_end: lh.data_end,
+        max_key_len: lh.max_key_len,
+        max_value_len: lh.max_value_len,
+        num_puts: lh.num_puts,
+        garbage_size: old_garbage + filled.garbage,
+        num_entries: stats.num_entries,
+        address_size: params.address_size,
+        hash_size: params.hash_size,
+        hash_capacity: params.cap,
+        max_displacement: stats.max_displacement,
+        entry_block_bits: params.bits,
+        hash_collisions: stats.hash_collisions,
+        total_displacement: stats.total_displacement,
+    };
+    file.write_all_at(&header.to_bytes(), 0)
+        .map_err(|e| Error::io(&tmp, "write header", e))?;
+    atomic_file::replace(file, guard, index_path)?;
+    Ok(BuildReport {
+        header,
+        regions: filled.regions,
+        region_runs: filled.region_runs,
+        fell_back: filled.fell_back,
+        incremental: prev.is_some(),
+        unchanged: false,
+    })
+}
+
+/// What a build will make.
+enum Plan {
+    /// The previous index already covers the whole log.
+    Unchanged(IndexHeader),
+    /// A table of these parameters, incrementally from a previous index or
+    /// fresh.
+    Build(Params, Option<Previous>),
+}
+
+/// Sizes the table and chooses its hash as sparkey does, and whether the
+/// previous index at `index_path` is reused.
+fn plan(log: &MappedLog, index_path: &Path, opts: &IndexOptions) -> Result<Plan> {
+    let lh = &log.header;
     let bits = lh.entry_block_bits();
     let previous = if opts.incremental {
         load_previous(index_path, lh)?
@@ -207,14 +304,7 @@ pub(crate) fn build_index_from(
     });
     if let Some((p, _)) = &previous {
         if p.header.data_end == lh.data_end {
-            return Ok(BuildReport {
-                header: p.header.clone(),
-                regions: 0,
-                region_runs: 0,
-                fell_back: false,
-                incremental: true,
-                unchanged: true,
-            });
+            return Ok(Plan::Unchanged(p.header.clone()));
         }
     }
     let (cap, hash_size, seed) = match &previous {
@@ -235,129 +325,79 @@ pub(crate) fn build_index_from(
         bits,
         seed,
     };
-    let data = log.data();
-    let keys = KeyReader { log: data, bits };
-    let prev = previous.as_ref().map(|(p, _)| p);
-    let start = prev.map_or(LOG_HEADER_LEN as u64, |p| p.header.data_end);
-    let ops = OpSource {
-        data,
-        map: log,
-        params,
-        prev,
-        start,
+    Ok(Plan::Build(params, previous.map(|(p, _)| p)))
+}
+
+/// What filling the slots did.
+struct Filled {
+    /// Garbage found: the DELETE entries and the entries their slots lost.
+    garbage: u64,
+    /// The slots' statistics if they were all in memory at once.
+    stats: Option<SlotStats>,
+    regions: u64,
+    region_runs: u64,
+    fell_back: bool,
+}
+
+/// Writes the slots of the table into `file`: in one piece when they take
+/// at most seven eighths of the limit (the rest is I/O buffers and the log
+/// pages not yet released); otherwise regions of half the limit, the other
+/// half going to the buffers of the regions' files.
+fn fill_slots(
+    ops: &OpSource<'_>,
+    file: &File,
+    tmp: &Path,
+    memory_limit: u64,
+    temp_dir: &Path,
+) -> Result<Filled> {
+    let params = &ops.params;
+    let keys = KeyReader {
+        log: ops.data,
+        bits: params.bits,
     };
-
-    let tmp = fsutil::temp_path(index_path);
-    let mut guard = fsutil::TempGuard::new(tmp.clone());
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .open(&tmp)
-        .map_err(|e| Error::io(&tmp, "create", e))?;
-    let slot_size = u64::from(hash_size.bytes() + params.address_size);
-    let file_len = INDEX_HEADER_LEN as u64 + cap * slot_size;
-    file.set_len(file_len)
-        .map_err(|e| Error::io(&tmp, "set length", e))?;
-
-    // In one piece when the slots take at most seven eighths of the limit
-    // (the rest is I/O buffers and the log pages not yet released);
-    // otherwise regions of half the limit, the other half going to the
-    // buffers of the regions' files.
-    let in_memory_slots = (opts.memory_limit / 8 * 7 / slot_size).max(1);
-    let region_slots = (opts.memory_limit / 2 / slot_size).max(1);
-    let mut regions = 1;
-    let mut region_runs = 1;
-    let mut fell_back = false;
+    let slot_size = params.slot_size();
+    let in_memory_slots = (memory_limit / 8 * 7 / slot_size).max(1);
+    let region_slots = (memory_limit / 2 / slot_size).max(1);
     let mut delete_garbage = 0;
-    // Statistics come from the slots in memory, or are read back.
     let mut stats = None;
-    let slot_garbage = if cap <= in_memory_slots {
-        build_in_memory(
-            &ops,
-            &keys,
-            &file,
-            &tmp,
-            &params,
-            &mut delete_garbage,
-            &mut stats,
-        )?
-    } else {
-        regions = cap.div_ceil(region_slots);
-        let temp_dir = opts
-            .temp_dir
-            .clone()
-            .unwrap_or_else(|| fsutil::parent_dir(index_path).to_path_buf());
-        match build_partitioned(
-            &ops,
-            &keys,
-            &file,
-            &tmp,
-            &params,
-            region_slots,
-            opts.memory_limit,
-            &temp_dir,
-            &mut delete_garbage,
-        )? {
-            Some((g, runs)) => {
-                region_runs = runs;
-                g
-            }
-            None => {
-                fell_back = true;
-                delete_garbage = 0;
-                build_in_memory(
-                    &ops,
-                    &keys,
-                    &file,
-                    &tmp,
-                    &params,
-                    &mut delete_garbage,
-                    &mut stats,
-                )?
-            }
+    let in_memory = |delete_garbage: &mut u64, stats: &mut Option<SlotStats>| {
+        build_in_memory(ops, &keys, file, tmp, params, delete_garbage, stats)
+    };
+    if params.cap <= in_memory_slots {
+        let g = in_memory(&mut delete_garbage, &mut stats)?;
+        return Ok(Filled {
+            garbage: delete_garbage + g,
+            stats,
+            regions: 1,
+            region_runs: 1,
+            fell_back: false,
+        });
+    }
+    let regions = params.cap.div_ceil(region_slots);
+    let partitioned = build_partitioned(
+        ops,
+        &keys,
+        file,
+        tmp,
+        params,
+        region_slots,
+        memory_limit,
+        temp_dir,
+        &mut delete_garbage,
+    )?;
+    let (g, region_runs, fell_back) = match partitioned {
+        Some((g, runs)) => (g, runs, false),
+        None => {
+            delete_garbage = 0;
+            (in_memory(&mut delete_garbage, &mut stats)?, 1, true)
         }
     };
-
-    // Statistics over the finished table, read back in slot order.
-    let stats = match stats {
-        Some(s) => s,
-        None => table_stats(&file, &tmp, &params)?,
-    };
-    let old_garbage = prev.map_or(0, |p| p.header.garbage_size);
-    let header = IndexHeader {
-        major: 1,
-        minor: 1,
-        file_identifier: lh.file_identifier,
-        hash_seed: seed,
-        data_end: lh.data_end,
-        max_key_len: lh.max_key_len,
-        max_value_len: lh.max_value_len,
-        num_puts: lh.num_puts,
-        garbage_size: old_garbage + delete_garbage + slot_garbage,
-        num_entries: stats.num_entries,
-        address_size: params.address_size,
-        hash_size,
-        hash_capacity: cap,
-        max_displacement: stats.max_displacement,
-        entry_block_bits: bits,
-        hash_collisions: stats.hash_collisions,
-        total_displacement: stats.total_displacement,
-    };
-    file.write_all_at(&header.to_bytes(), 0)
-        .map_err(|e| Error::io(&tmp, "write header", e))?;
-    fsutil::sync_file(&file, &tmp)?;
-    drop(file);
-    fsutil::rename(&tmp, index_path)?;
-    guard.disarm();
-    fsutil::sync_dir(fsutil::parent_dir(index_path))?;
-    Ok(BuildReport {
-        header,
+    Ok(Filled {
+        garbage: delete_garbage + g,
+        stats,
         regions,
         region_runs,
         fell_back,
-        incremental: prev.is_some(),
-        unchanged: false,
     })
 }
 
@@ -477,23 +517,9 @@ const EXTENSION_RESERVE: u64 = 4096;
 /// How much of the log a build's pass reads before it releases it.
 const RELEASE_STEP: u64 = 8 << 20;
 
-#[inline]
-pub(crate) fn read_le(b: &[u8]) -> u64 {
-    // Slots hold 4- or 8-byte fields: fixed-size loads, not a memcpy call.
-    if let Ok(b4) = <[u8; 4]>::try_from(b) {
-        return u64::from(u32::from_le_bytes(b4));
-    }
-    if let Ok(b8) = <[u8; 8]>::try_from(b) {
-        return u64::from_le_bytes(b8);
-    }
-    let mut v = [0u8; 8];
-    v[..b.len()].copy_from_slice(b);
-    u64::from_le_bytes(v)
-}
-
 /// Writes the file bytes of slots `first..` (already in the file's layout).
 fn write_slots(file: &File, tmp: &Path, p: &Params, first: u64, bytes: &[u8]) -> Result<()> {
-    let slot_size = u64::from(p.hash_size.bytes() + p.address_size);
+    let slot_size = p.slot_size();
     file.write_all_at(bytes, INDEX_HEADER_LEN as u64 + first * slot_size)
         .map_err(|e| Error::io(tmp, "write slots", e))
 }
@@ -588,7 +614,7 @@ fn build_partitioned(
     let mut runs = 0;
     // Every region's slots live in this one allocation, in turn; room for
     // a run of displaced entries past the region's end is reserved too.
-    let slot_size = (p.hash_size.bytes() + p.address_size) as usize;
+    let slot_size = p.slot_size() as usize;
     let mut spare: Vec<u8> =
         Vec::with_capacity((region_slots + EXTENSION_RESERVE) as usize * slot_size);
     for _round in 0..MAX_WRAP_ROUNDS {
@@ -654,20 +680,4 @@ fn table_stats(file: &File, tmp: &Path, p: &Params) -> Result<SlotStats> {
         st.observe(read_le(&slot[..hs]), read_le(&slot[hs..ss]), p.cap);
     }
     Ok(st.finish())
-}
-
-/// Writes `data` to a new file at `path` the crash-safe way.
-pub(crate) fn write_file_atomically(path: &Path, data: &[u8]) -> Result<()> {
-    let tmp = fsutil::temp_path(path);
-    let mut guard = fsutil::TempGuard::new(tmp.clone());
-    let f = File::create(&tmp).map_err(|e| Error::io(&tmp, "create", e))?;
-    let mut w = BufWriter::new(f);
-    w.write_all(data).map_err(|e| Error::io(&tmp, "write", e))?;
-    let f = w
-        .into_inner()
-        .map_err(|e| Error::io(&tmp, "write", e.into_error()))?;
-    fsutil::sync_file(&f, &tmp)?;
-    fsutil::rename(&tmp, path)?;
-    guard.disarm();
-    fsutil::sync_dir(fsutil::parent_dir(path))
 }

@@ -17,10 +17,11 @@
 //!
 //! The format byte for byte, and kivi's additions: ARCHITECTURE.md, "Sealed tables".
 
+mod atomic_file;
 mod block;
+mod bytes;
 mod chunk_writer;
 mod error;
-mod fsutil;
 pub mod hash;
 mod header;
 mod index_build;

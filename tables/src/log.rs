@@ -408,24 +408,36 @@ impl<'a> LogCursor<'a> {
     pub fn advance(&mut self) -> Result<bool> {
         self.current = None;
         if self.log.header.compression == Compression::None {
-            if self.pos >= self.end {
-                return Ok(false);
-            }
-            let off = self.pos;
-            let e = parse_plain(self.log, off, self.end)?;
-            let k0 = off as usize + (e.encoded_len as usize - e.key.len() - e.value.len());
-            let v0 = k0 + e.key.len();
-            self.current = Some(Current {
-                src: Src::Log,
-                key: k0..v0,
-                value: v0..v0 + e.value.len(),
-                kind: e.kind,
-                loc: e.loc,
-                encoded_len: e.encoded_len,
-            });
-            self.pos += e.encoded_len;
-            return Ok(true);
+            self.advance_plain()
+        } else {
+            self.advance_in_blocks()
         }
+    }
+
+    /// `advance` in an uncompressed log: the entry is read in place.
+    fn advance_plain(&mut self) -> Result<bool> {
+        if self.pos >= self.end {
+            return Ok(false);
+        }
+        let off = self.pos;
+        let e = parse_plain(self.log, off, self.end)?;
+        let k0 = off as usize + (e.encoded_len as usize - e.key.len() - e.value.len());
+        let v0 = k0 + e.key.len();
+        self.current = Some(Current {
+            src: Src::Log,
+            key: k0..v0,
+            value: v0..v0 + e.value.len(),
+            kind: e.kind,
+            loc: e.loc,
+            encoded_len: e.encoded_len,
+        });
+        self.pos += e.encoded_len;
+        Ok(true)
+    }
+
+    /// `advance` in a compressed log: the entry is read from the current
+    /// block, or gathered from the blocks it spills over.
+    fn advance_in_blocks(&mut self) -> Result<bool> {
         if self.in_block == self.block.len() {
             if self.pos >= self.end {
                 return Ok(false);
@@ -465,8 +477,24 @@ impl<'a> LogCursor<'a> {
             });
             return Ok(true);
         }
-        // The entry spills over later blocks. Gather it, never reserving
-        // more than we have actually read (the lengths may be hostile).
+        self.gather_spilled(loc, klen, vlen)?;
+        self.current = Some(Current {
+            src: Src::Spill,
+            key: 0..self.key_buf.len(),
+            value: 0..self.value_buf.len(),
+            kind,
+            loc,
+            encoded_len: hdr as u64 + payload,
+        });
+        Ok(true)
+    }
+
+    /// Gathers the key and value of an entry (at `loc`) that spills over
+    /// later blocks into `key_buf` and `value_buf`, never reserving more
+    /// than has actually been read (the lengths may be hostile).
+    fn gather_spilled(&mut self, loc: Location, klen: u64, vlen: u64) -> Result<()> {
+        let path = self.log.path;
+        let start = loc.block;
         self.key_buf.clear();
         self.value_buf.clear();
         let mut need_key = klen;
@@ -505,14 +533,6 @@ impl<'a> LogCursor<'a> {
                 "data after the tail of a spilled entry in its block",
             ));
         }
-        self.current = Some(Current {
-            src: Src::Spill,
-            key: 0..self.key_buf.len(),
-            value: 0..self.value_buf.len(),
-            kind,
-            loc,
-            encoded_len: hdr as u64 + payload,
-        });
-        Ok(true)
+        Ok(())
     }
 }

@@ -32,6 +32,7 @@
 //! Garbage (replaced and deleted PUTs) is counted by the region that owns
 //! the slot where the key was found, so each is counted once.
 
+use crate::bytes::u64_at;
 use crate::error::{Error, Result};
 use crate::robin::{displacement, KeyReader, Op, OpKind, LOOKAHEAD};
 use crate::slots::SlotVec;
@@ -54,17 +55,16 @@ pub fn encode_record(seq: u64, op: &Op, out: &mut [u8; RECORD_LEN]) {
 }
 
 fn decode_record(b: &[u8; RECORD_LEN]) -> (u64, Op) {
-    let u = |r: std::ops::Range<usize>| u64::from_le_bytes(b[r].try_into().expect("8 bytes"));
     let kind = match b[24] {
         0 => OpKind::Put,
         1 => OpKind::Reinsert,
         _ => OpKind::Delete,
     };
     (
-        u(0..8),
+        u64_at(b, 0),
         Op {
-            hash: u(8..16),
-            addr: u(16..24),
+            hash: u64_at(b, 8),
+            addr: u64_at(b, 16),
             kind,
         },
     )

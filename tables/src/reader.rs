@@ -16,10 +16,10 @@
 //! Readers of tables that other tools may append to in place should copy
 //! them first or not share the inode.
 
+use crate::bytes::read_le;
 use crate::error::{Error, Result};
 use crate::hash::HashSize;
 use crate::header::{Compression, IndexHeader, LogHeader, INDEX_HEADER_LEN, LOG_HEADER_LEN};
-use crate::index_build::read_le;
 use crate::log::{EntryKind, LogCursor, LogData};
 use crate::prefetch::prefetch;
 use crate::robin::displacement;

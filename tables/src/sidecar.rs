@@ -23,8 +23,9 @@
 //! block's length too, work the same for every compression, and still
 //! place a damaged byte within 64 KiB.
 
+use crate::atomic_file;
+use crate::bytes::{u32_at, u64_at};
 use crate::error::{Error, Result};
-use crate::index_build::write_file_atomically;
 use crate::reader::{strip_ext, table_paths, with_suffix};
 use std::fs::File;
 use std::io::{BufReader, Read};
@@ -70,14 +71,6 @@ fn crcs(path: &Path, len: u64, range: u64) -> Result<(Vec<u32>, u32)> {
         left -= n as u64;
     }
     Ok((out, whole))
-}
-
-fn u32_at(b: &[u8], o: usize) -> u32 {
-    u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"))
-}
-
-fn u64_at(b: &[u8], o: usize) -> u64 {
-    u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"))
 }
 
 impl Sidecar {
@@ -209,10 +202,10 @@ impl Sidecar {
 pub fn write_sidecar(base: &Path) -> Result<()> {
     let (log, index) = table_paths(base);
     let s = Sidecar::compute(&log, &index)?;
-    write_file_atomically(&sidecar_path(base), &s.to_bytes())
+    atomic_file::write(&sidecar_path(base), &s.to_bytes())
 }
 
 pub(crate) fn write_sidecar_files(log: &Path, index: &Path, out: &Path) -> Result<()> {
     let s = Sidecar::compute(log, index)?;
-    write_file_atomically(out, &s.to_bytes())
+    atomic_file::write(out, &s.to_bytes())
 }

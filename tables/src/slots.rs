@@ -5,7 +5,7 @@
 //! build fits the memory limit in one piece for twice as many entries, has
 //! half the pages to fault in, and writes its slots out without re-encoding.
 
-use crate::index_build::read_le;
+use crate::bytes::read_le;
 
 /// Slots as the index file lays them out.
 pub struct SlotVec {

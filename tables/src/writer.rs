@@ -6,10 +6,10 @@
 //! may see the new log with the old index; the file identifiers differ, so
 //! it gets "file identifier mismatch", never wrong data.
 
+use crate::atomic_file::{self, TempGuard};
 use crate::block;
 use crate::chunk_writer::ChunkWriter;
 use crate::error::{Error, Result};
-use crate::fsutil::{self, TempGuard};
 use crate::header::{Compression, IndexHeader, LogHeader, LOG_HEADER_LEN};
 use crate::index_build::{build_index_from, BuildReport, IndexOptions, MappedLog};
 use crate::limits::{
@@ -79,8 +79,8 @@ impl TableWriter {
             )));
         }
         let (log_path, _) = table_paths(&base);
-        let tmp = fsutil::temp_path(&log_path);
-        let guard = TempGuard::new(tmp.clone());
+        let guard = TempGuard::beside(&log_path);
+        let tmp = guard.path().to_path_buf();
         let f = OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -222,37 +222,37 @@ impl TableWriter {
             .map_err(|e| Error::io(&tmp_log, "seek", e))?;
         f.write_all(&self.header.to_bytes())
             .map_err(|e| Error::io(&tmp_log, "write header", e))?;
-        fsutil::sync_file(&f, &tmp_log)?;
+        atomic_file::sync_file(&f, &tmp_log)?;
         drop(f);
         debug_assert!(self.header.data_end >= LOG_HEADER_LEN as u64);
 
         let (log_path, index_path) = table_paths(&self.base);
-        let tmp_index = fsutil::temp_path(&index_path);
-        let mut index_guard = TempGuard::new(tmp_index.clone());
+        let mut index_guard = TempGuard::beside(&index_path);
+        let tmp_index = index_guard.path().to_path_buf();
         let log = MappedLog::open(&tmp_log)?;
         let mut iopts = self.opts.index.clone();
         iopts.incremental = false;
         if iopts.temp_dir.is_none() {
-            iopts.temp_dir = Some(fsutil::parent_dir(&index_path).to_path_buf());
+            iopts.temp_dir = Some(atomic_file::parent_dir(&index_path).to_path_buf());
         }
         let build = build_index_from(&log, &tmp_index, &iopts)?;
         drop(log);
         let side = if self.opts.sidecar {
             let p = sidecar::sidecar_path(&self.base);
-            let tmp = fsutil::temp_path(&p);
-            let g = TempGuard::new(tmp.clone());
+            let g = TempGuard::beside(&p);
+            let tmp = g.path().to_path_buf();
             sidecar::write_sidecar_files(&tmp_log, &tmp_index, &tmp)?;
             Some((g, tmp, p))
         } else {
             None
         };
-        fsutil::rename(&tmp_log, &log_path)?;
+        atomic_file::rename(&tmp_log, &log_path)?;
         self.guard.disarm();
-        fsutil::rename(&tmp_index, &index_path)?;
+        atomic_file::rename(&tmp_index, &index_path)?;
         index_guard.disarm();
         match side {
             Some((mut g, tmp, p)) => {
-                fsutil::rename(&tmp, &p)?;
+                atomic_file::rename(&tmp, &p)?;
                 g.disarm();
             }
             None => {
@@ -265,7 +265,7 @@ impl TableWriter {
                 }
             }
         }
-        fsutil::sync_dir(fsutil::parent_dir(&log_path))?;
+        atomic_file::sync_dir(atomic_file::parent_dir(&log_path))?;
         Ok(TableInfo {
             log: self.header.clone(),
             index: build.header.clone(),

@@ -28,6 +28,74 @@ pub struct Session {
     pub quit: bool,
 }
 
+/// How many arguments, the command's name included, a command takes.
+#[derive(Debug, Clone, Copy)]
+pub enum Arity {
+    Exactly(usize),
+    AtLeast(usize),
+    Either(usize, usize),
+    /// The name, then one or more key-value pairs.
+    Pairs,
+    Any,
+}
+
+impl Arity {
+    pub fn allows(self, n: usize) -> bool {
+        match self {
+            Arity::Exactly(a) => n == a,
+            Arity::AtLeast(a) => n >= a,
+            Arity::Either(a, b) => n == a || n == b,
+            Arity::Pairs => n >= 3 && !n.is_multiple_of(2),
+            Arity::Any => true,
+        }
+    }
+}
+
+/// Every command kivi answers and its arity: the plain writes'
+/// (`write_plan`) and the others' (`execute`). A command of another arity
+/// is refused with "wrong number of arguments" before it runs.
+pub const COMMANDS: &[(&str, Arity)] = &[
+    // Plain writes.
+    ("SET", Arity::AtLeast(3)),
+    ("SETNX", Arity::Exactly(3)),
+    ("MSET", Arity::Pairs),
+    ("CAS", Arity::Exactly(4)),
+    ("CAD", Arity::Exactly(3)),
+    // Reads.
+    ("GET", Arity::Exactly(2)),
+    ("STRLEN", Arity::Exactly(2)),
+    ("EXISTS", Arity::AtLeast(2)),
+    ("MGET", Arity::AtLeast(2)),
+    ("DBSIZE", Arity::Exactly(1)),
+    ("SCAN", Arity::AtLeast(2)),
+    ("RANGE", Arity::Either(3, 5)),
+    // Reads, then writes.
+    ("GETDEL", Arity::Exactly(2)),
+    ("DEL", Arity::AtLeast(2)),
+    ("INCR", Arity::Exactly(2)),
+    ("DECR", Arity::Exactly(2)),
+    ("INCRBY", Arity::Exactly(3)),
+    ("DECRBY", Arity::Exactly(3)),
+    // The connection and the server.
+    ("PING", Arity::Either(1, 2)),
+    ("ECHO", Arity::Exactly(2)),
+    ("INFO", Arity::Any),
+    ("HELLO", Arity::Any),
+    ("CLIENT", Arity::AtLeast(2)),
+    ("COMMAND", Arity::Any),
+    ("CONFIG", Arity::AtLeast(2)),
+    ("SELECT", Arity::Exactly(2)),
+    ("QUIT", Arity::Exactly(1)),
+];
+
+/// The arity of the command named `name` (any case), if kivi knows it.
+pub fn arity(name: &[u8]) -> Option<Arity> {
+    COMMANDS
+        .iter()
+        .find(|(c, _)| name.eq_ignore_ascii_case(c.as_bytes()))
+        .map(|&(_, a)| a)
+}
+
 /// How a plain write's outcome becomes its reply.
 pub type Answer = fn(WriteOutcome) -> Reply;
 
@@ -94,14 +162,14 @@ pub fn write_plan(args: &mut [Vec<u8>]) -> Option<Result<(WriteBatch, Answer), R
     let cmd = *WRITES
         .iter()
         .find(|w| args[0].eq_ignore_ascii_case(w.as_bytes()))?;
-    let mut b = WriteBatch::new();
     let n = args.len();
+    if !arity(cmd.as_bytes()).is_some_and(|a| a.allows(n)) {
+        return Some(Err(wrong_args(cmd)));
+    }
+    let mut b = WriteBatch::new();
     let take = |args: &mut [Vec<u8>], i: usize| std::mem::take(&mut args[i]);
     let built: kivi::Result<Answer> = match cmd {
         "SET" => {
-            if n < 3 {
-                return Some(Err(wrong_args(cmd)));
-            }
             let o = match set_options(&args[3..]) {
                 Ok(o) => o,
                 Err(r) => return Some(Err(r)),
@@ -119,40 +187,23 @@ pub fn write_plan(args: &mut [Vec<u8>]) -> Option<Result<(WriteBatch, Answer), R
             };
             r.map(|_| ok_or_nil as Answer)
         }
-        "SETNX" => {
-            if n != 3 {
-                return Some(Err(wrong_args(cmd)));
-            }
-            b.insert_if_absent(take(args, 1), take(args, 2))
-                .map(|_| int_outcome as Answer)
-        }
-        "MSET" => {
-            if n < 3 || n.is_multiple_of(2) {
-                return Some(Err(wrong_args(cmd)));
-            }
-            args[1..]
-                .chunks_mut(2)
-                .try_for_each(|kv| {
-                    let (k, v) = kv.split_at_mut(1);
-                    b.put(std::mem::take(&mut k[0]), std::mem::take(&mut v[0]))
-                        .map(|_| ())
-                })
-                .map(|_| (|_| Reply::ok()) as Answer)
-        }
-        "CAS" => {
-            if n != 4 {
-                return Some(Err(wrong_args(cmd)));
-            }
-            b.compare_and_swap(take(args, 1), take(args, 2), take(args, 3))
-                .map(|_| int_outcome as Answer)
-        }
-        "CAD" => {
-            if n != 3 {
-                return Some(Err(wrong_args(cmd)));
-            }
-            b.compare_and_delete(take(args, 1), take(args, 2))
-                .map(|_| int_outcome as Answer)
-        }
+        "SETNX" => b
+            .insert_if_absent(take(args, 1), take(args, 2))
+            .map(|_| int_outcome as Answer),
+        "MSET" => args[1..]
+            .chunks_mut(2)
+            .try_for_each(|kv| {
+                let (k, v) = kv.split_at_mut(1);
+                b.put(std::mem::take(&mut k[0]), std::mem::take(&mut v[0]))
+                    .map(|_| ())
+            })
+            .map(|_| (|_| Reply::ok()) as Answer),
+        "CAS" => b
+            .compare_and_swap(take(args, 1), take(args, 2), take(args, 3))
+            .map(|_| int_outcome as Answer),
+        "CAD" => b
+            .compare_and_delete(take(args, 1), take(args, 2))
+            .map(|_| int_outcome as Answer),
         _ => unreachable!("one of WRITES"),
     };
     Some(built.map(|answer| (b, answer)).map_err(refused))
@@ -192,40 +243,39 @@ fn get(shared: &Shared, key: &[u8]) -> Result<Option<Vec<u8>>, Reply> {
 pub async fn execute(shared: &Shared, s: &mut Session, args: Vec<Vec<u8>>) -> Reply {
     let cmd = upper(&args[0]);
     let n = args.len();
+    match arity(cmd.as_bytes()) {
+        None => return unknown(&args),
+        Some(a) if !a.allows(n) => return wrong_args(&cmd),
+        Some(_) => {}
+    }
     let r = match cmd.as_str() {
-        "PING" => match n {
-            1 => Ok(Reply::Simple("PONG")),
-            2 => Ok(Reply::bulk(args[1].clone())),
-            _ => Err(wrong_args(&cmd)),
-        },
-        "ECHO" if n == 2 => Ok(Reply::bulk(args[1].clone())),
-        "GET" if n == 2 => get(shared, &args[1]).map(|v| v.map_or(Reply::Null, Reply::Bulk)),
-        "STRLEN" if n == 2 => {
-            get(shared, &args[1]).map(|v| Reply::Int(v.map_or(0, |v| v.len() as i64)))
-        }
-        "EXISTS" if n >= 2 => args[1..]
+        "PING" if n == 1 => Ok(Reply::Simple("PONG")),
+        "PING" | "ECHO" => Ok(Reply::bulk(args[1].clone())),
+        "GET" => get(shared, &args[1]).map(|v| v.map_or(Reply::Null, Reply::Bulk)),
+        "STRLEN" => get(shared, &args[1]).map(|v| Reply::Int(v.map_or(0, |v| v.len() as i64))),
+        "EXISTS" => args[1..]
             .iter()
             .map(|k| get(shared, k).map(|v| i64::from(v.is_some())))
             .sum::<Result<i64, Reply>>()
             .map(Reply::Int),
-        "MGET" if n >= 2 => args[1..]
+        "MGET" => args[1..]
             .iter()
             .map(|k| get(shared, k).map(|v| v.map_or(Reply::Null, Reply::Bulk)))
             .collect::<Result<Vec<_>, _>>()
             .map(Reply::Array),
-        "DBSIZE" if n == 1 => shared
+        "DBSIZE" => shared
             .db
             .stats()
             .map(|st| Reply::Int(st.pairs as i64))
             .map_err(|e| Reply::err(e.to_string())),
-        "SCAN" if n >= 2 => scan(shared, &args),
-        "RANGE" if n == 3 || n == 5 => range(shared, &args),
-        "SET" if n >= 3 => set_get(shared, &args).await,
-        "GETDEL" if n == 2 => getdel(shared, &args[1]).await,
-        "DEL" if n >= 2 => del(shared, &args[1..]).await,
-        "INCR" if n == 2 => incr(shared, &args[1], 1).await,
-        "DECR" if n == 2 => incr(shared, &args[1], -1).await,
-        "INCRBY" | "DECRBY" if n == 3 => match parse_i64(&args[2]) {
+        "SCAN" => scan(shared, &args),
+        "RANGE" => range(shared, &args),
+        "SET" => set_get(shared, &args).await,
+        "GETDEL" => getdel(shared, &args[1]).await,
+        "DEL" => del(shared, &args[1..]).await,
+        "INCR" => incr(shared, &args[1], 1).await,
+        "DECR" => incr(shared, &args[1], -1).await,
+        "INCRBY" | "DECRBY" => match parse_i64(&args[2]) {
             Some(by) if cmd == "INCRBY" => incr(shared, &args[1], by).await,
             Some(by) => match by.checked_neg() {
                 Some(by) => incr(shared, &args[1], by).await,
@@ -235,21 +285,20 @@ pub async fn execute(shared: &Shared, s: &mut Session, args: Vec<Vec<u8>>) -> Re
         },
         "INFO" => Ok(Reply::bulk(crate::info::render(shared, &args[1..]))),
         "HELLO" => hello(s, &args),
-        "CLIENT" if n >= 2 => client(s, &args),
+        "CLIENT" => client(s, &args),
         "COMMAND" => Ok(command(s, &args)),
-        "CONFIG" if n >= 2 => config(&args),
-        "SELECT" if n == 2 => match parse_i64(&args[1]) {
+        "CONFIG" => config(&args),
+        "SELECT" => match parse_i64(&args[1]) {
             Some(0) => Ok(Reply::ok()),
             Some(_) => Err(Reply::err("DB index is out of range")),
             None => Err(not_an_integer()),
         },
-        "QUIT" if n == 1 => {
+        "QUIT" => {
             s.quit = true;
             Ok(Reply::ok())
         }
-        "ECHO" | "GET" | "STRLEN" | "EXISTS" | "MGET" | "DBSIZE" | "SCAN" | "RANGE" | "SET"
-        | "GETDEL" | "DEL" | "INCR" | "DECR" | "INCRBY" | "DECRBY" | "CLIENT" | "CONFIG"
-        | "SELECT" | "QUIT" => Err(wrong_args(&cmd)),
+        // The plain writes (SETNX, MSET, CAS, CAD) are `write_plan`'s and
+        // never come here.
         _ => Err(unknown(&args)),
     };
     r.unwrap_or_else(|e| e)
@@ -286,20 +335,27 @@ fn parse_i64(b: &[u8]) -> Option<i64> {
     s.parse().ok()
 }
 
-/// Reads `key`, builds a conditional batch from what it found, and retries
-/// while another write to the key came in between.
-async fn read_then_write<T>(
+/// What one attempt of a read-then-write command decided.
+enum Attempt {
+    /// Write this conditional batch and, once it applies, answer this.
+    Write(WriteBatch, Reply),
+    /// Nothing to write: what was read is the answer.
+    Answer(Reply),
+}
+
+/// Runs a read-then-write command: `attempt` reads and builds a batch
+/// whose conditions hold only if what it read is unchanged; the batch is
+/// written, and the whole attempt made again while another write to the
+/// `what` ("key" or "keys") came in between, at most `MAX_RETRIES` times.
+async fn read_then_write(
     shared: &Shared,
-    key: &[u8],
-    mut plan: impl FnMut(Option<Vec<u8>>) -> Result<Option<(WriteBatch, T)>, Reply>,
-) -> Result<T, Reply>
-where
-    T: Clone,
-{
+    what: &str,
+    mut attempt: impl FnMut() -> Result<Attempt, Reply>,
+) -> Result<Reply, Reply> {
     for _ in 0..MAX_RETRIES {
-        let old = get(shared, key)?;
-        let Some((b, answer)) = plan(old)? else {
-            unreachable!("plans here always write")
+        let (b, answer) = match attempt()? {
+            Attempt::Write(b, answer) => (b, answer),
+            Attempt::Answer(answer) => return Ok(answer),
         };
         match write(shared, b).await {
             Ok(WriteOutcome::Applied) => return Ok(answer),
@@ -307,7 +363,9 @@ where
             Err(e) => return Err(refused(e)),
         }
     }
-    Err(Reply::err("the key changed under every retry; try again"))
+    Err(Reply::err(format!(
+        "the {what} changed under every retry; try again"
+    )))
 }
 
 /// A batch that applies only if `key` still holds `old` (or is still
@@ -331,7 +389,8 @@ fn guarded(
 }
 
 async fn incr(shared: &Shared, key: &[u8], by: i64) -> Result<Reply, Reply> {
-    read_then_write(shared, key, |old| {
+    read_then_write(shared, "key", || {
+        let old = get(shared, key)?;
         let current = match &old {
             None => 0,
             Some(v) => parse_i64(v).ok_or_else(not_an_integer)?,
@@ -343,26 +402,22 @@ async fn incr(shared: &Shared, key: &[u8], by: i64) -> Result<Reply, Reply> {
             b.put(key.to_vec(), new.to_string().into_bytes())
                 .map(|_| ())
         })?;
-        Ok(Some((b, Reply::Int(new))))
+        Ok(Attempt::Write(b, Reply::Int(new)))
     })
     .await
 }
 
 async fn getdel(shared: &Shared, key: &[u8]) -> Result<Reply, Reply> {
-    for _ in 0..MAX_RETRIES {
+    read_then_write(shared, "key", || {
         let Some(old) = get(shared, key)? else {
-            return Ok(Reply::Null);
+            return Ok(Attempt::Answer(Reply::Null));
         };
         let mut b = WriteBatch::new();
         b.compare_and_delete(key.to_vec(), old.clone())
             .map_err(refused)?;
-        match write(shared, b).await {
-            Ok(WriteOutcome::Applied) => return Ok(Reply::Bulk(old)),
-            Ok(WriteOutcome::ConditionFailed { .. }) => continue,
-            Err(e) => return Err(refused(e)),
-        }
-    }
-    Err(Reply::err("the key changed under every retry; try again"))
+        Ok(Attempt::Write(b, Reply::Bulk(old)))
+    })
+    .await
 }
 
 /// DEL: how many of the keys existed, all deleted in one atomic batch
@@ -371,7 +426,7 @@ async fn del(shared: &Shared, keys: &[Vec<u8>]) -> Result<Reply, Reply> {
     let mut unique: Vec<&Vec<u8>> = keys.iter().collect();
     unique.sort();
     unique.dedup();
-    for _ in 0..MAX_RETRIES {
+    read_then_write(shared, "keys", || {
         let mut b = WriteBatch::new();
         let mut count = 0;
         for k in &unique {
@@ -381,15 +436,11 @@ async fn del(shared: &Shared, keys: &[Vec<u8>]) -> Result<Reply, Reply> {
             }
         }
         if count == 0 {
-            return Ok(Reply::Int(0));
+            return Ok(Attempt::Answer(Reply::Int(0)));
         }
-        match write(shared, b).await {
-            Ok(WriteOutcome::Applied) => return Ok(Reply::Int(count)),
-            Ok(WriteOutcome::ConditionFailed { .. }) => continue,
-            Err(e) => return Err(refused(e)),
-        }
-    }
-    Err(Reply::err("the keys changed under every retry; try again"))
+        Ok(Attempt::Write(b, Reply::Int(count)))
+    })
+    .await
 }
 
 /// SET with GET (plain SETs are pipelined writes): the old value, or nil.
@@ -397,21 +448,17 @@ async fn set_get(shared: &Shared, args: &[Vec<u8>]) -> Result<Reply, Reply> {
     let o = set_options(&args[3..])?;
     debug_assert!(o.get, "plain SETs are pipelined");
     let (key, value) = (&args[1], &args[2]);
-    for _ in 0..MAX_RETRIES {
+    read_then_write(shared, "key", || {
         let old = get(shared, key)?;
         let applies = !(o.nx && old.is_some() || o.xx && old.is_none());
         if !applies {
             // Nothing to write; the read is the answer.
-            return Ok(old.map_or(Reply::Null, Reply::Bulk));
+            return Ok(Attempt::Answer(old.map_or(Reply::Null, Reply::Bulk)));
         }
         let b = guarded(key, &old, |b| b.put(key.clone(), value.clone()).map(|_| ()))?;
-        match write(shared, b).await {
-            Ok(WriteOutcome::Applied) => return Ok(old.map_or(Reply::Null, Reply::Bulk)),
-            Ok(WriteOutcome::ConditionFailed { .. }) => continue,
-            Err(e) => return Err(refused(e)),
-        }
-    }
-    Err(Reply::err("the key changed under every retry; try again"))
+        Ok(Attempt::Write(b, old.map_or(Reply::Null, Reply::Bulk)))
+    })
+    .await
 }
 
 /// SCAN cursor [MATCH pattern] [COUNT n] [TYPE type]. Cursors are numbers
@@ -632,5 +679,45 @@ fn config(args: &[Vec<u8>]) -> Result<Reply, Reply> {
         _ => Err(Reply::err(
             "only CONFIG GET is supported; kivi is configured on its command line",
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The table allows exactly the argument counts each command's code
+    /// was written for.
+    #[test]
+    fn arities_are_the_commands_own() {
+        let expected = |cmd: &str, n: usize| match cmd {
+            "SET" => n >= 3,
+            "SETNX" | "CAD" => n == 3,
+            "MSET" => n >= 3 && n % 2 == 1,
+            "CAS" => n == 4,
+            "PING" => n == 1 || n == 2,
+            "ECHO" | "GET" | "STRLEN" | "GETDEL" | "INCR" | "DECR" | "SELECT" => n == 2,
+            "EXISTS" | "MGET" | "SCAN" | "DEL" | "CLIENT" | "CONFIG" => n >= 2,
+            "DBSIZE" | "QUIT" => n == 1,
+            "RANGE" => n == 3 || n == 5,
+            "INCRBY" | "DECRBY" => n == 3,
+            "INFO" | "HELLO" | "COMMAND" => true,
+            other => panic!("{other} is not in the test"),
+        };
+        for (cmd, a) in COMMANDS {
+            for n in 1..10 {
+                assert_eq!(a.allows(n), expected(cmd, n), "{cmd} with {n}");
+            }
+            assert!(arity(cmd.to_ascii_lowercase().as_bytes()).is_some());
+        }
+        assert!(arity(b"FLUSHALL").is_none());
+        let mut args = vec![b"mset".to_vec(), b"k".to_vec()];
+        match write_plan(&mut args) {
+            Some(Err(r)) => assert_eq!(
+                r,
+                Reply::err("wrong number of arguments for 'mset' command")
+            ),
+            _ => panic!("MSET k is refused"),
+        }
     }
 }

@@ -85,8 +85,8 @@ const MAX_GETS_AT_ONCE: usize = 256;
 /// the lookup, and alone, so it goes the way of any other command (else its
 /// error would be every gathered GET's).
 fn is_plain_get(args: &[Vec<u8>]) -> bool {
-    args.len() == 2
-        && args[0].eq_ignore_ascii_case(b"GET")
+    args[0].eq_ignore_ascii_case(b"GET")
+        && commands::arity(b"GET").is_some_and(|a| a.allows(args.len()))
         && args[1].len() <= kivi::limits::MAX_KEY_LEN
 }
 

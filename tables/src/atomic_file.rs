@@ -1,9 +1,15 @@
 //! Crash-safe file replacement: write under a temporary name in the same
 //! directory, fsync, rename over the final name, fsync the directory. A
 //! crash leaves either the old file or the new one, never a torn one.
+//!
+//! `write` does all of it for bytes in memory; `TempGuard` plus `replace`
+//! for a file written piece by piece (an index build); the table writer,
+//! which renames three files and then fsyncs their directory once, uses the
+//! steps one by one.
 
 use crate::error::{Error, Result};
 use std::fs::File;
+use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 /// A temporary name beside `path`, unique to this process and call.
@@ -51,6 +57,11 @@ impl TempGuard {
         TempGuard(Some(path))
     }
 
+    /// A guard of a fresh temporary name beside `path` (see `temp_path`).
+    pub fn beside(path: &Path) -> Self {
+        TempGuard::new(temp_path(path))
+    }
+
     pub fn path(&self) -> &Path {
         self.0.as_deref().expect("armed guard")
     }
@@ -66,4 +77,27 @@ impl Drop for TempGuard {
             let _ = std::fs::remove_file(p);
         }
     }
+}
+
+/// Finishes a replacement: fsyncs `file` (written at the guard's
+/// temporary name), renames it over `path` and fsyncs the directory.
+pub fn replace(file: File, mut tmp: TempGuard, path: &Path) -> Result<()> {
+    sync_file(&file, tmp.path())?;
+    drop(file);
+    rename(tmp.path(), path)?;
+    tmp.disarm();
+    sync_dir(parent_dir(path))
+}
+
+/// Writes `data` to a new file at `path` the crash-safe way.
+pub fn write(path: &Path, data: &[u8]) -> Result<()> {
+    let tmp = TempGuard::beside(path);
+    let f = File::create(tmp.path()).map_err(|e| Error::io(tmp.path(), "create", e))?;
+    let mut w = BufWriter::new(f);
+    w.write_all(data)
+        .map_err(|e| Error::io(tmp.path(), "write", e))?;
+    let f = w
+        .into_inner()
+        .map_err(|e| Error::io(tmp.path(), "write", e.into_error()))?;
+    replace(f, tmp, path)
 }
