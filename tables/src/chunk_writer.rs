@@ -11,7 +11,8 @@
 //! reached, so the log's cache ended up in small folios and every reader
 //! of a freshly written table mapped it with 4 KiB pages. A 100M-pair
 //! table's random gets measured 25% faster over the huge-page map (see
-//! docs/benchmarks.md, "Sealed tables"). On other kernels this is simply a
+//! docs/decisions/0013-table-log-in-aligned-2mib-writes.md). On other
+//! kernels this is simply a
 //! 2 MiB write buffer.
 
 use std::fs::File;
