@@ -32,7 +32,7 @@ use std::sync::Arc;
 const SIM_SPARSE_TAIL: usize = 64 << 10;
 
 /// How an injected failure shows itself.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Fault {
     /// EIO: the device failed.
     Io,
@@ -50,7 +50,7 @@ impl Fault {
 }
 
 /// The kinds of call a fault can be aimed at.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Op {
     List,
     Create,
@@ -96,6 +96,10 @@ struct SimState {
     calls: u64,
     reads: u64,
     syncs: u64,
+    /// Injected faults that failed a call, by the call and the fault.
+    fired: BTreeMap<(Op, Fault), u64>,
+    /// Appends the quota failed.
+    quota_hits: u64,
     /// Drives the simulator's own choices (how much of a failing append
     /// survives), so a test's seed reproduces them.
     seed: u64,
@@ -117,6 +121,7 @@ impl SimState {
             }
             if rule.fired {
                 if rule.sticky {
+                    *self.fired.entry((op, rule.fault)).or_default() += 1;
                     return Err(IoError::new(op_name(op), target, rule.fault.error()));
                 }
                 continue;
@@ -126,6 +131,7 @@ impl SimState {
                 continue;
             }
             rule.fired = true;
+            *self.fired.entry((op, rule.fault)).or_default() += 1;
             return Err(IoError::new(op_name(op), target, rule.fault.error()));
         }
         Ok(())
@@ -206,6 +212,19 @@ impl SimStorage {
     pub fn counters(&self) -> (u64, u64, u64) {
         let st = self.state.lock();
         (st.calls, st.reads, st.syncs)
+    }
+
+    /// How many calls the injected faults failed so far, per kind of call
+    /// and fault (a test can check that it exercised what it means to).
+    /// Counted per disk: the disk [`crash`](Self::crash) returns starts at
+    /// zero.
+    pub fn faults_fired(&self) -> BTreeMap<(Op, Fault), u64> {
+        self.state.lock().fired.clone()
+    }
+
+    /// How many appends the quota ([`set_quota`](Self::set_quota)) failed so far.
+    pub fn quota_hits(&self) -> u64 {
+        self.state.lock().quota_hits
     }
 
     /// Total bytes in all segments, as the running process sees them.
@@ -405,11 +424,14 @@ impl SegmentWriter for SimWriter {
             .quota
             .is_some_and(|q| st.total_bytes() + bytes.len() as u64 > q);
         let result = match st.check(Op::Append, &self.name) {
-            Ok(()) if quota_hit => Err(IoError::new(
-                "append to",
-                &self.name,
-                Fault::NoSpace.error(),
-            )),
+            Ok(()) if quota_hit => {
+                st.quota_hits += 1;
+                Err(IoError::new(
+                    "append to",
+                    &self.name,
+                    Fault::NoSpace.error(),
+                ))
+            }
             r => r,
         };
         // A failed append may still leave a prefix of its bytes behind.
@@ -563,6 +585,15 @@ mod tests {
         assert!(sim.create_segment(3).err().unwrap().is_full());
         sim.heal();
         sim.create_segment(3).unwrap();
+        let fired: Vec<_> = sim.faults_fired().into_iter().collect();
+        assert_eq!(
+            fired,
+            [
+                ((Op::Create, Fault::NoSpace), 2),
+                ((Op::Sync, Fault::Io), 1)
+            ]
+        );
+        assert_eq!(sim.quota_hits(), 0);
     }
 
     #[test]
@@ -573,5 +604,7 @@ mod tests {
         w.append(b"12345678").unwrap();
         assert!(w.append(b"abcdef").unwrap_err().is_full());
         assert_eq!(w.len(), 8);
+        assert_eq!(sim.quota_hits(), 1);
+        assert!(sim.faults_fired().is_empty());
     }
 }
