@@ -314,7 +314,11 @@ fn a_second_writer_is_refused_clearly() {
         read_only: true,
         ..Default::default()
     };
-    assert!(Db::open(tmp.path(), ro).is_err());
+    match Db::open(tmp.path(), ro) {
+        Err(Error::Io(e)) => assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock, "{e}"),
+        Err(e) => panic!("a reader while a writer holds the store: expected WouldBlock, got {e}"),
+        Ok(_) => panic!("opened read-only while a writer holds the store"),
+    }
     assert_eq!(db.get(b"a").unwrap().as_deref(), Some(&b"1"[..]));
 }
 
@@ -663,7 +667,10 @@ fn a_large_group_whose_apply_fails_leaves_nothing_in_the_log() {
         b.put(format!("key{:05}", i * 5), b"maybe".to_vec())
             .unwrap();
     }
-    assert!(db.write(b).is_err());
+    match db.write(b) {
+        Err(Error::Io(e)) => assert!(e.to_string().contains("injected EIO"), "{e}"),
+        r => panic!("a large group whose reads fail: expected the injected EIO, got {r:?}"),
+    }
     sim.heal();
     let crashed = sim.crash(&mut StdRng::seed_from_u64(11));
     drop(db);

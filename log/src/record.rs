@@ -259,9 +259,25 @@ mod tests {
         for i in 0..out.len() * 8 {
             let mut bad = out.clone();
             bad[i / 8] ^= 1 << (i % 8);
+            let r = decode_record_at(&bad, 1, 0);
+            // The header is the checksum (bytes 0..4), the body's length
+            // (4..8) and the type (8); the checksum covers all but itself.
+            let expected: &[RecordError] = match i / 8 {
+                0..4 => &[RecordError::BadChecksum],
+                // Longer than the bytes there, over the limit, or shorter
+                // (then the checksum does not match).
+                4..8 => &[
+                    RecordError::Truncated,
+                    RecordError::BadLength,
+                    RecordError::BadChecksum,
+                ],
+                // Another known type has the wrong checksum.
+                8 => &[RecordError::BadType, RecordError::BadChecksum],
+                _ => &[RecordError::BadChecksum],
+            };
             assert!(
-                decode_record_at(&bad, 1, 0).is_err(),
-                "flip of bit {i} went unnoticed"
+                matches!(r, Err(e) if expected.contains(&e)),
+                "flip of bit {i}: expected one of {expected:?}, got {r:?}"
             );
         }
     }

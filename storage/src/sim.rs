@@ -568,8 +568,15 @@ mod tests {
         let sim = SimStorage::new();
         let mut w = sim.create_segment(1).unwrap();
         let _after = sim.crash(&mut rng(1));
-        assert!(w.append(b"x").is_err());
-        assert!(sim.list_segments().is_err());
+        for e in [
+            w.append(b"x").unwrap_err(),
+            sim.list_segments().unwrap_err(),
+        ] {
+            assert!(
+                e.to_string().contains("simulated machine has crashed"),
+                "{e}"
+            );
+        }
     }
 
     #[test]
@@ -578,7 +585,11 @@ mod tests {
         sim.inject(Some(Op::Sync), 1, Fault::Io, false);
         let mut w = sim.create_segment(1).unwrap();
         w.sync().unwrap();
-        assert!(w.sync().is_err());
+        let e = w.sync().unwrap_err();
+        assert!(
+            !e.is_full() && e.to_string().contains("injected EIO"),
+            "{e}"
+        );
         w.sync().unwrap();
         sim.inject(Some(Op::Create), 0, Fault::NoSpace, true);
         assert!(sim.create_segment(2).err().unwrap().is_full());
