@@ -51,7 +51,7 @@ fn value(i: u32, round: u32) -> Vec<u8> {
     let len = match i {
         150 => 5000,
         151 => 9000,
-        _ if i % 25 == 0 => 1500 + i as usize,
+        _ if i.is_multiple_of(25) => 1500 + i as usize,
         _ => [0, 1, 7, 33, 120, 260][(i % 6) as usize],
     };
     let mut x = mix(u64::from(i) << 8 | u64::from(round));
