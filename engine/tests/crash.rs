@@ -22,9 +22,9 @@ use common::{
     assert_healthy, batch_value, cases, check_recovered, dump, env_u64, mix, run_seeds, seeds,
     BatchRec, Model, Status, WriterHistory,
 };
-use kivi::storage::{Fault, SimOp, SimStorage, Storage};
+use kivi::storage::Storage;
 use kivi::{Db, Durability, Error, Options, WriteBatch, WriteOutcome};
-use kivi_storage::{IoError, SegmentId, SegmentReader, SegmentWriter};
+use kivi_storage::{Fault, IoError, SegmentId, SegmentReader, SegmentWriter, SimOp, SimStorage};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use std::collections::BTreeMap;
