@@ -876,6 +876,10 @@ fn crash_single_writer_with_faults() {
         ("an acknowledged batch", Tally::get(&t.acked)),
         ("a failed condition", Tally::get(&t.no_effect)),
         ("a batch failed by a fault", Tally::get(&t.failed)),
+        (
+            "a failed batch found whole after the crash",
+            Tally::get(&t.failed_present),
+        ),
         ("a heal", Tally::get(&t.healed)),
         ("a torn tail", Tally::get(&t.torn_tails)),
         ("a checkpoint", Tally::get(&t.checkpoints)),
@@ -955,6 +959,10 @@ fn crash_concurrent_writers_group_commit() {
         ("a failed condition", Tally::get(&t.no_effect)),
         ("a batch failed by a fault", Tally::get(&t.failed)),
         ("a batch in flight at the crash", Tally::get(&t.in_doubt)),
+        (
+            "a batch in flight at the crash found whole after it",
+            Tally::get(&t.in_doubt_present),
+        ),
         ("a group commit of several batches", merged),
         ("a torn tail", Tally::get(&t.torn_tails)),
         ("a checkpoint", Tally::get(&t.checkpoints)),

@@ -7,9 +7,9 @@
 //!   makes all of them durable;
 //! - [`SimStorage::crash`] returns the disk as a restarted machine would find
 //!   it: the synced bytes of every segment, plus an arbitrary subset of the
-//!   pending writes, applied in an arbitrary order, the last one applied torn
-//!   at an arbitrary byte; a gap left by a dropped write reads as zeros, as a
-//!   file hole does; a segment whose first bytes were synced may also end
+//!   pending writes, applied in an arbitrary order, the last one applied
+//!   torn at an arbitrary byte half the time (else all of them whole); a gap
+//!   left by a dropped write reads as zeros, as a file hole does; a segment whose first bytes were synced may also end
 //!   in zeros past all of that, as LocalDir's sparse tail leaves it;
 //! - a segment whose creation did not complete (the directory sync failed) may
 //!   or may not exist after the crash; a failed deletion leaves it in place;
@@ -262,8 +262,12 @@ impl SimStorage {
                 .collect();
             shuffle(&mut chosen, rng);
             let n = chosen.len();
+            // Half the time the last write is torn; else every chosen write
+            // landed whole (as when the machine lost power after the
+            // writes reached the disk but before a sync said so).
+            let tear = rng.random_bool(0.5);
             for (i, (start, end)) in chosen.into_iter().enumerate() {
-                let end = if i + 1 == n {
+                let end = if tear && i + 1 == n {
                     start + rng.random_range(0..=end - start)
                 } else {
                     end
