@@ -238,9 +238,24 @@ mod tests {
     fn workload_lists_parse() {
         assert_eq!(workload_list("1-3,7").unwrap().0, vec![1, 2, 3, 7]);
         assert_eq!(workload_list("10,1,1").unwrap().0, vec![1, 10]);
-        assert!(workload_list("0").is_err());
-        assert!(workload_list("3-1").is_err());
-        assert!(workload_list("11").is_err());
-        assert!(workload_list("x").is_err());
+        for (bad, part) in [
+            ("0", "0"),
+            ("3-1", "3-1"),
+            ("11", "11"),
+            ("x", "x"),
+            ("1,2-x", "2-x"),
+        ] {
+            assert_eq!(
+                workload_list(bad).err().as_deref(),
+                Some(&*format!(
+                    "{part:?}: expected workload numbers 1 to 10, like 1-3,7"
+                )),
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            workload_list(",").err().as_deref(),
+            Some("no workloads given")
+        );
     }
 }

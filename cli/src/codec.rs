@@ -69,7 +69,10 @@ mod tests {
             .decode(b"0g")
             .unwrap_err()
             .contains("not valid hex"));
-        assert!(Codec::Hex.decode(b"abc").is_err());
+        assert!(Codec::Hex
+            .decode(b"abc")
+            .unwrap_err()
+            .contains("not valid hex"));
         assert_eq!(Codec::Text.decode(b"a\tb").unwrap(), b"a\tb");
     }
 }

@@ -146,10 +146,6 @@ enum Command {
         /// Most connections open at once, over both listeners
         #[arg(long, value_name = "N", default_value_t = kivi_server::DEFAULT_MAX_CONNECTIONS)]
         max_connections: usize,
-        /// Internal, for tests: serve an in-memory store whose "disk" is
-        /// full after BYTES (the crash simulator's quota), not DIR
-        #[arg(long, hide = true, value_name = "BYTES")]
-        internal_full_after: Option<u64>,
     },
     /// Measure kivi, and other stores, on kv40 data (40-byte keys and values)
     #[command(
@@ -233,7 +229,6 @@ fn run(cli: Cli) -> Result<()> {
             no_resp,
             kvlds,
             max_connections,
-            internal_full_after,
         } => serve::run(
             &store,
             serve::ServeArgs {
@@ -241,7 +236,6 @@ fn run(cli: Cli) -> Result<()> {
                 no_resp: *no_resp,
                 kvlds: kvlds.as_deref(),
                 max_connections: *max_connections,
-                full_after: *internal_full_after,
             },
         ),
         Command::Table(args) => table::run(&store, args),

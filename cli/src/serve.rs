@@ -11,9 +11,6 @@ pub struct ServeArgs<'a> {
     pub no_resp: bool,
     pub kvlds: Option<&'a str>,
     pub max_connections: usize,
-    /// For tests: an in-memory store that runs out of space after this many
-    /// bytes, instead of the directory.
-    pub full_after: Option<u64>,
 }
 
 pub fn run(store: &Store, a: ServeArgs<'_>) -> Result<()> {
@@ -36,14 +33,7 @@ pub fn run(store: &Store, a: ServeArgs<'_>) -> Result<()> {
     }
     raise_open_file_limit(a.max_connections);
     disable_transparent_huge_pages();
-    let db = match a.full_after {
-        None => store.open_writable()?,
-        Some(bytes) => {
-            let sim = kivi::storage::SimStorage::new();
-            sim.set_quota(Some(bytes));
-            kivi::Db::open_with_storage(std::sync::Arc::new(sim), kivi::Options::default())?
-        }
-    };
+    let db = store.open_writable()?;
     let config = Config {
         resp,
         kvlds,

@@ -70,16 +70,6 @@ impl Server {
     }
 }
 
-impl Server {
-    /// A server on an in-memory store whose disk is full after `bytes`.
-    fn start_full_after(bytes: u64) -> Server {
-        Server::start_with(
-            Path::new("unused"),
-            &["--internal-full-after", &bytes.to_string()],
-        )
-    }
-}
-
 impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -581,7 +571,10 @@ fn malformed_input_closes_only_its_own_connection() {
     // A frame that is not RESP.
     let mut r = Resp::connect(&server.resp);
     r.w.write_all(b"*1\r\n+PING\r\n").unwrap();
-    assert!(matches!(r.read(), Some(Val::Err(_))));
+    match r.read() {
+        Some(Val::Err(e)) => assert!(e.contains("expected '$', got '+'"), "{e}"),
+        other => panic!("a frame that is not RESP: {other:?}"),
+    }
     assert_eq!(r.read(), None);
     // Wrong arguments and unknown commands keep the connection.
     let mut r = Resp::connect(&server.resp);
@@ -925,60 +918,6 @@ fn every_acknowledged_write_survives_kill_9() {
         drop(c);
         assert!(server.stop().success());
     }
-}
-
-/// A full disk: writes get errors (RESP) or close their connection (kvlds,
-/// which has no error status), reads keep working, and nothing answered
-/// before is lost.
-#[test]
-fn a_full_disk_refuses_writes_and_keeps_serving_reads() {
-    let server = Server::start_full_after(4 << 20);
-    let mut r = Resp::connect(&server.resp);
-    let value = vec![b'v'; 1000];
-    let mut stored = Vec::new();
-    let err = loop {
-        let k = format!("k{:06}", stored.len()).into_bytes();
-        match r.call(&[b"SET", &k, &value]) {
-            Val::Ok(_) => stored.push(k),
-            Val::Err(e) => break e,
-            other => panic!("SET answered {other:?}"),
-        }
-        assert!(stored.len() < 100_000, "the disk never filled");
-    };
-    assert!(err.contains("disk full"), "{err}");
-    assert!(stored.len() > 100, "only {} writes fit", stored.len());
-    // The connection stays usable, and what was answered is all there.
-    // (Small writes may still fit, and checkpoints free space as they
-    // retire old log segments: "full" is per write.)
-    assert_eq!(r.call(&[b"PING"]), Val::Ok("PONG".into()));
-    for k in &stored {
-        assert_eq!(r.call(&[b"GET", k]), Val::Bulk(Some(value.clone())));
-    }
-    // kvlds has no error status: the write that meets the full disk closes
-    // its connection, and reads on another connection still work.
-    let mut c = Kvlds::connect(&server.kvlds);
-    let big = vec![b'w'; 255];
-    let mut answered = Vec::new();
-    loop {
-        let k = format!("kv{:06}", answered.len()).into_bytes();
-        c.send(&record(0x110, &[&k, &big]));
-        match c.recv() {
-            Some((_, s)) if s == [0, 0, 0, 0] => answered.push(k),
-            Some(other) => panic!("kvlds SET answered {other:?}"),
-            None => break,
-        }
-        assert!(answered.len() < 100_000, "the disk never filled for kvlds");
-    }
-    let mut c = Kvlds::connect(&server.kvlds);
-    for k in &answered {
-        assert_eq!(c.get(k), Some(big.clone()));
-    }
-    // Stopping still answers and exits; its final checkpoint may fail for
-    // want of space, which is reported (the log holds everything).
-    assert!(
-        server.stop().code().is_some(),
-        "exits on SIGTERM, full disk or not"
-    );
 }
 
 /// The connection limit: one more gets Redis's error and is closed; a

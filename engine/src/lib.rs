@@ -56,10 +56,10 @@ pub use pipeline::WriteOutcome;
 pub use stats::Stats;
 
 /// Storage backends, for opening a store somewhere other than a local
-/// directory (memory, or the crash simulator in tests).
+/// directory (in memory, or one of your own). The crash simulator tests use
+/// is `kivi_storage::SimStorage`, behind that crate's `sim` feature.
 pub mod storage {
     pub use kivi_storage::{
-        Fault, IoError, LocalDir, MemoryStorage, SegmentId, SegmentReader, SegmentWriter, SimOp,
-        SimStorage, Storage,
+        IoError, LocalDir, MemoryStorage, SegmentId, SegmentReader, SegmentWriter, Storage,
     };
 }

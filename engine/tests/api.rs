@@ -309,8 +309,9 @@ fn a_page_segment_gone_missing_is_reported_as_corruption() {
 fn commits_around_a_checkpoint(
     checkpoint_after: u32,
     rounds: u32,
-) -> (kivi::storage::SimStorage, Vec<(u64, usize)>) {
-    use kivi::storage::{SimStorage, Storage};
+) -> (kivi_storage::SimStorage, Vec<(u64, usize)>) {
+    use kivi::storage::Storage;
+    use kivi_storage::SimStorage;
     let sim = SimStorage::new();
     let opts = Options {
         checkpoint_bytes: 1 << 30,

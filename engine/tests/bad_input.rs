@@ -6,41 +6,25 @@
 //!   a missing store with `create_if_missing: false`, a second writer;
 //! - a read-only directory: opening for writing fails clearly, opening
 //!   read-only works, reads work, writes say `Error::ReadOnly`. As root
-//!   (where permissions do not stop writes) the test re-executes itself as
-//!   user `nobody` to get a directory it really cannot write;
+//!   (where permissions do not stop writes) the test runs the checks in a
+//!   child process (`kivi-test-child read-only-checks`) as user `nobody`
+//!   to get a directory it really cannot write;
 //! - a full disk (ENOSPC) and a failing disk (EIO): the failing writes say
 //!   so (`is_full()` for ENOSPC), reads keep working, nothing stored before
 //!   is lost, and once the disk is healed writes work again.
 
 mod common;
 
+use common::child::{assert_contents, data, listing, read_only_checks, RO_CHILD_DONE};
 use common::{assert_healthy, dump, Model};
 use kivi::limits::{MAX_BATCH_BYTES, MAX_KEY_LEN, MAX_VALUE_LEN};
-use kivi::storage::{Fault, SimOp, SimStorage};
 use kivi::{Db, Error, Options, WriteBatch};
+use kivi_storage::{Fault, SimOp, SimStorage};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::Arc;
-
-const RO_CHILD_VAR: &str = "KIVI_READ_ONLY_CHILD_DIR";
-const RO_CHILD_DONE: &str = "READ-ONLY CHECKS PASSED";
-
-/// The data every store here starts with: enough for several segments and
-/// out-of-line values.
-fn data() -> Model {
-    (0..1500u32)
-        .map(|i| {
-            let v = if i % 100 == 0 {
-                vec![(i % 251) as u8; 3000 + i as usize]
-            } else {
-                format!("value {i} {}", "v".repeat((i % 40) as usize)).into_bytes()
-            };
-            (format!("key{i:05}").into_bytes(), v)
-        })
-        .collect()
-}
 
 fn small() -> Options {
     common::small_opts()
@@ -54,16 +38,6 @@ fn fill(db: &Db, m: &Model) {
         }
         db.write(b).unwrap();
     }
-}
-
-fn assert_contents(db: &Db, m: &Model, what: &str) {
-    let got = dump(db);
-    assert!(
-        got == *m,
-        "{what}: the store holds {} pairs, expected {}",
-        got.len(),
-        m.len()
-    );
 }
 
 #[test]
@@ -224,21 +198,6 @@ fn invalid_options_are_refused() {
     }
 }
 
-fn listing(dir: &Path) -> Vec<(String, u64)> {
-    let mut v: Vec<(String, u64)> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| {
-            let e = e.unwrap();
-            (
-                e.file_name().to_string_lossy().into_owned(),
-                e.metadata().unwrap().len(),
-            )
-        })
-        .collect();
-    v.sort();
-    v
-}
-
 #[test]
 fn a_directory_that_is_not_a_store_is_refused_and_left_alone() {
     let tmp = tempfile::tempdir().unwrap();
@@ -355,7 +314,11 @@ fn a_second_writer_is_refused_clearly() {
         read_only: true,
         ..Default::default()
     };
-    assert!(Db::open(tmp.path(), ro).is_err());
+    match Db::open(tmp.path(), ro) {
+        Err(Error::Io(e)) => assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock, "{e}"),
+        Err(e) => panic!("a reader while a writer holds the store: expected WouldBlock, got {e}"),
+        Ok(_) => panic!("opened read-only while a writer holds the store"),
+    }
     assert_eq!(db.get(b"a").unwrap().as_deref(), Some(&b"1"[..]));
 }
 
@@ -363,81 +326,12 @@ fn a_second_writer_is_refused_clearly() {
 // A read-only directory.
 // ---------------------------------------------------------------------------
 
-/// What must hold on a store in a directory this process cannot write.
-fn read_only_checks(dir: &Path) {
-    let m = data();
-    let before = listing(dir);
-    let shown = dir.display().to_string();
-    match Db::open(dir, small()) {
-        Err(Error::Io(e)) => {
-            let msg = e.to_string();
-            assert!(
-                matches!(
-                    e.kind(),
-                    std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem
-                ),
-                "opening for writing: expected permission denied, got {msg}"
-            );
-            assert!(msg.contains(&shown), "the error must name the store: {msg}");
-        }
-        Err(e) => panic!("opening for writing: expected an I/O error, got {e:?}"),
-        Ok(_) => panic!("opened a store in a read-only directory for writing"),
-    }
-    let opts = Options {
-        read_only: true,
-        ..small()
-    };
-    let db = Db::open(dir, opts).expect("opening read-only failed");
-    assert_contents(&db, &m, "read-only");
-    assert!(matches!(db.put(b"k", b"v"), Err(Error::ReadOnly)));
-    assert!(matches!(db.delete(b"key00001"), Err(Error::ReadOnly)));
-    assert!(matches!(
-        db.insert_if_absent(b"new", b"v"),
-        Err(Error::ReadOnly)
-    ));
-    assert!(matches!(
-        db.compare_and_delete(b"key00001", b"x"),
-        Err(Error::ReadOnly)
-    ));
-    let mut b = WriteBatch::new();
-    b.put(b"a".to_vec(), b"b".to_vec()).unwrap();
-    assert!(matches!(db.write(b), Err(Error::ReadOnly)));
-    assert!(matches!(db.checkpoint(), Err(Error::ReadOnly)));
-    assert_eq!(
-        Error::ReadOnly.to_string(),
-        "the store is open read-only",
-        "message"
-    );
-    db.clear_cache();
-    assert_contents(&db, &m, "read-only, after refused writes");
-    let snap = db.snapshot();
-    assert_eq!(snap.len().unwrap(), m.len() as u64);
-    assert_healthy(&db, m.len());
-    drop(snap);
-    drop(db);
-    assert_eq!(listing(dir), before, "the read-only store was changed");
-}
-
-/// The child side of the read-only test, run as `nobody` when the test
-/// runs as root. Does nothing in an ordinary run.
-#[test]
-fn read_only_child() {
-    let Ok(dir) = std::env::var(RO_CHILD_VAR) else {
-        return;
-    };
-    read_only_checks(Path::new(&dir));
-    println!("{RO_CHILD_DONE}");
-}
-
 fn chmod(p: &Path, mode: u32) {
     std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
 }
 
 #[test]
 fn a_read_only_directory_opens_read_only() {
-    if std::env::var(RO_CHILD_VAR).is_ok() {
-        return;
-    }
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("store");
     {
@@ -455,14 +349,9 @@ fn a_read_only_directory_opens_read_only() {
     let root = unsafe { libc::geteuid() } == 0;
     if root {
         use std::os::unix::process::CommandExt;
-        let out = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "read_only_child",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(RO_CHILD_VAR, &dir)
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_kivi-test-child"))
+            .arg("read-only-checks")
+            .arg(&dir)
             .uid(65534)
             .gid(65534)
             .output()
@@ -778,7 +667,10 @@ fn a_large_group_whose_apply_fails_leaves_nothing_in_the_log() {
         b.put(format!("key{:05}", i * 5), b"maybe".to_vec())
             .unwrap();
     }
-    assert!(db.write(b).is_err());
+    match db.write(b) {
+        Err(Error::Io(e)) => assert!(e.to_string().contains("injected EIO"), "{e}"),
+        r => panic!("a large group whose reads fail: expected the injected EIO, got {r:?}"),
+    }
     sim.heal();
     let crashed = sim.crash(&mut StdRng::seed_from_u64(11));
     drop(db);

@@ -402,7 +402,7 @@ fn background_checkpoints_write_slices_and_recovery_replays_the_rest() {
     // changed root children at a time; a crash while the newest checkpoint
     // is a slice must lose nothing (recovery replays from the oldest slice
     // kept).
-    use kivi::storage::SimStorage;
+    use kivi_storage::SimStorage;
     use rand::SeedableRng;
     let sim = SimStorage::new();
     let opts = Options {
@@ -501,7 +501,7 @@ impl Drop for OpenGate {
 /// writers.
 #[derive(Debug, Clone)]
 struct StalledPages {
-    sim: kivi::storage::SimStorage,
+    sim: kivi_storage::SimStorage,
     gate: std::sync::Arc<(parking_lot::Mutex<bool>, parking_lot::Condvar)>,
 }
 
@@ -575,7 +575,7 @@ fn writers_wait_while_unwritten_changes_fill_the_write_buffer_twice() {
     // through, the changes drain and writes stop waiting.
     let gate = std::sync::Arc::new((parking_lot::Mutex::new(false), parking_lot::Condvar::new()));
     let storage = StalledPages {
-        sim: kivi::storage::SimStorage::new(),
+        sim: kivi_storage::SimStorage::new(),
         gate: gate.clone(),
     };
     let write_buffer = 256u64 << 10;

@@ -21,8 +21,9 @@
 mod common;
 
 use common::{env_u64, panic_message, show, Model};
-use kivi::storage::{MemoryStorage, SimStorage, Storage};
+use kivi::storage::{MemoryStorage, Storage};
 use kivi::{Db, Error, Options, WriteBatch};
+use kivi_storage::SimStorage;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use std::panic::{catch_unwind, AssertUnwindSafe};

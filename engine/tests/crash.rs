@@ -19,17 +19,17 @@
 mod common;
 
 use common::{
-    assert_healthy, batch_value, check_recovered, dump, mix, run_seeds, seeds, BatchRec, Model,
-    Status, WriterHistory,
+    assert_healthy, batch_value, cases, check_recovered, dump, env_u64, mix, run_seeds, seeds,
+    BatchRec, Model, Status, WriterHistory,
 };
-use kivi::storage::{Fault, SimOp, SimStorage, Storage};
+use kivi::storage::Storage;
 use kivi::{Db, Durability, Error, Options, WriteBatch, WriteOutcome};
-use kivi_storage::{IoError, SegmentId, SegmentReader, SegmentWriter};
+use kivi_storage::{Fault, IoError, SegmentId, SegmentReader, SegmentWriter, SimOp, SimStorage};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const MAX_WRITERS: usize = 4;
@@ -57,6 +57,10 @@ struct Tally {
     /// Batches committed and the group commits that carried them.
     batches: AtomicU64,
     groups: AtomicU64,
+    /// Calls the injected faults failed, per kind of call and fault, and
+    /// appends the quota failed (summed over every simulated disk).
+    fired: Mutex<BTreeMap<(SimOp, Fault), u64>>,
+    quota_hits: AtomicU64,
 }
 
 impl Tally {
@@ -72,13 +76,87 @@ impl Tally {
         }
     }
 
+    /// Adds up the faults `sim` fired: call once per disk, when done with it
+    /// (before a crash replaces it, or at the end of a case).
+    fn disk(&self, sim: &SimStorage) {
+        let mut fired = self.fired.lock().unwrap();
+        for (k, n) in sim.faults_fired() {
+            *fired.entry(k).or_default() += n;
+        }
+        Tally::add(&self.quota_hits, sim.quota_hits());
+    }
+
+    fn get(c: &AtomicU64) -> u64 {
+        c.load(Ordering::Relaxed)
+    }
+
+    /// Faults fired on calls of kind `op`, of any fault.
+    fn fired_on(&self, op: SimOp) -> u64 {
+        let fired = self.fired.lock().unwrap();
+        fired
+            .iter()
+            .filter(|((o, _), _)| *o == op)
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    /// Faults of kind `fault` fired, on any call.
+    fn fired_as(&self, fault: Fault) -> u64 {
+        let fired = self.fired.lock().unwrap();
+        fired
+            .iter()
+            .filter(|((_, f), _)| *f == fault)
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    /// Fails unless every counter in `reached` is above zero: what `test`
+    /// claims to exercise was exercised. A cut-down run (`KIVI_TEST_SEED`,
+    /// or fewer cases than the test's `default`) need not reach everything.
+    fn assert_reached(&self, test: &str, default: u64, reached: &[(&str, u64)]) {
+        if env_u64("KIVI_TEST_SEED").is_some() || cases(default) < default {
+            return;
+        }
+        let missed: Vec<&str> = reached
+            .iter()
+            .filter(|(_, n)| *n == 0)
+            .map(|(what, _)| *what)
+            .collect();
+        assert!(
+            missed.is_empty(),
+            "{test}: {default} cases never exercised: {}",
+            missed.join(", ")
+        );
+    }
+
+    /// What every test with faults must have injected: both faults, on
+    /// every kind of call its plans aim at (`ops`), and the quota.
+    fn faults_reached(&self, ops: &[SimOp]) -> Vec<(String, u64)> {
+        let mut v = vec![
+            ("an injected EIO".to_string(), self.fired_as(Fault::Io)),
+            (
+                "an injected ENOSPC".to_string(),
+                self.fired_as(Fault::NoSpace),
+            ),
+            (
+                "an append over the quota".to_string(),
+                Tally::get(&self.quota_hits),
+            ),
+        ];
+        for &op in ops {
+            v.push((format!("a fault on {op:?}"), self.fired_on(op)));
+        }
+        v
+    }
+
     fn print(&self, test: &str) {
         let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
         println!(
             "{test}: {} cases, {} crashes; batches: {} acked, {} condition failed, {} failed, \
              {} in doubt; after crashes {} failed and {} in-doubt batches were present; \
              {} heals; {} torn tails cut; {} checkpoints; up to {} segments; {} batches in {} \
-             group commits; {} opens failed on a fault",
+             group commits; {} opens failed on a fault; faults fired: {:?}; {} appends over \
+             the quota",
             g(&self.cases),
             g(&self.crashes),
             g(&self.acked),
@@ -94,6 +172,8 @@ impl Tally {
             g(&self.batches),
             g(&self.groups),
             g(&self.failed_opens),
+            self.fired.lock().unwrap(),
+            g(&self.quota_hits),
         );
     }
 }
@@ -615,6 +695,7 @@ fn run_case(seed: u64, cfg: &CaseConfig, tally: &Tally) {
                 &db,
                 base.len() + usize::from(!base.contains_key(&b"after/last"[..])),
             );
+            tally.disk(&sim);
             break;
         }
 
@@ -693,6 +774,7 @@ fn run_case(seed: u64, cfg: &CaseConfig, tally: &Tally) {
                 .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
                 .collect();
             drop(db);
+            tally.disk(&sim);
             sim = after;
             histories = writers.into_iter().map(|w| w.history).collect();
             continue;
@@ -742,6 +824,7 @@ fn run_case(seed: u64, cfg: &CaseConfig, tally: &Tally) {
         let after = sim.crash(&mut rng);
         Tally::add(&tally.crashes, 1);
         drop(db);
+        tally.disk(&sim);
         sim = after;
         histories = writers.into_iter().map(|w| w.history).collect();
         let _ = &context;
@@ -787,6 +870,37 @@ fn crash_single_writer_with_faults() {
         |seed| run_case(seed, &cfg, &tally),
     );
     tally.print("crash_single_writer_with_faults");
+    let t = &tally;
+    let mut reached: Vec<(String, u64)> = [
+        ("a crash", Tally::get(&t.crashes)),
+        ("an acknowledged batch", Tally::get(&t.acked)),
+        ("a failed condition", Tally::get(&t.no_effect)),
+        ("a batch failed by a fault", Tally::get(&t.failed)),
+        (
+            "a failed batch found whole after the crash",
+            Tally::get(&t.failed_present),
+        ),
+        ("a heal", Tally::get(&t.healed)),
+        ("a torn tail", Tally::get(&t.torn_tails)),
+        ("a checkpoint", Tally::get(&t.checkpoints)),
+        ("an open failed by a fault", Tally::get(&t.failed_opens)),
+    ]
+    .map(|(w, n)| (w.to_string(), n))
+    .into();
+    // The writers' plans and the faulty opens aim at every kind of call
+    // but WriteMeta (written once, when a store is created).
+    reached.extend(t.faults_reached(&[
+        SimOp::List,
+        SimOp::Create,
+        SimOp::Open,
+        SimOp::Delete,
+        SimOp::ReadMeta,
+        SimOp::Append,
+        SimOp::Sync,
+        SimOp::Read,
+    ]));
+    let reached: Vec<(&str, u64)> = reached.iter().map(|(w, n)| (w.as_str(), *n)).collect();
+    t.assert_reached("crash_single_writer_with_faults", 3000, &reached);
 }
 
 #[test]
@@ -803,6 +917,22 @@ fn crash_single_writer_no_faults() {
         run_case(seed, &cfg, &tally)
     });
     tally.print("crash_single_writer_no_faults");
+    let t = &tally;
+    t.assert_reached(
+        "crash_single_writer_no_faults",
+        1000,
+        &[
+            ("a crash", Tally::get(&t.crashes)),
+            ("an acknowledged batch", Tally::get(&t.acked)),
+            ("a failed condition", Tally::get(&t.no_effect)),
+            ("a torn tail", Tally::get(&t.torn_tails)),
+            ("a checkpoint", Tally::get(&t.checkpoints)),
+        ],
+    );
+    assert!(
+        t.fired.lock().unwrap().is_empty() && Tally::get(&t.quota_hits) == 0,
+        "a fault fired in a test without faults"
+    );
 }
 
 #[test]
@@ -821,6 +951,36 @@ fn crash_concurrent_writers_group_commit() {
         |seed| run_case(seed, &cfg, &tally),
     );
     tally.print("crash_concurrent_writers_group_commit");
+    let t = &tally;
+    let merged = Tally::get(&t.batches) - Tally::get(&t.groups);
+    let mut reached: Vec<(String, u64)> = [
+        ("a crash", Tally::get(&t.crashes)),
+        ("an acknowledged batch", Tally::get(&t.acked)),
+        ("a failed condition", Tally::get(&t.no_effect)),
+        ("a batch failed by a fault", Tally::get(&t.failed)),
+        ("a batch in flight at the crash", Tally::get(&t.in_doubt)),
+        (
+            "a batch in flight at the crash found whole after it",
+            Tally::get(&t.in_doubt_present),
+        ),
+        ("a group commit of several batches", merged),
+        ("a torn tail", Tally::get(&t.torn_tails)),
+        ("a checkpoint", Tally::get(&t.checkpoints)),
+        ("an open failed by a fault", Tally::get(&t.failed_opens)),
+    ]
+    .map(|(w, n)| (w.to_string(), n))
+    .into();
+    // The calls the writers' plans aim at (the faulty opens, too rare here
+    // to reach every kind of call, are covered by the single-writer test).
+    reached.extend(t.faults_reached(&[
+        SimOp::Create,
+        SimOp::Delete,
+        SimOp::Append,
+        SimOp::Sync,
+        SimOp::Read,
+    ]));
+    let reached: Vec<(&str, u64)> = reached.iter().map(|(w, n)| (w.as_str(), *n)).collect();
+    t.assert_reached("crash_concurrent_writers_group_commit", 600, &reached);
 }
 
 /// Without fsync a crash may lose the latest acknowledged writes, never
@@ -839,6 +999,26 @@ fn crash_no_fsync() {
         run_case(seed, &cfg, &tally)
     });
     tally.print("crash_no_fsync");
+    let t = &tally;
+    t.assert_reached(
+        "crash_no_fsync",
+        600,
+        &[
+            ("a crash", Tally::get(&t.crashes)),
+            ("an acknowledged batch", Tally::get(&t.acked)),
+            ("a batch in flight at the crash", Tally::get(&t.in_doubt)),
+            (
+                "a group commit of several batches",
+                Tally::get(&t.batches) - Tally::get(&t.groups),
+            ),
+            ("a torn tail", Tally::get(&t.torn_tails)),
+            ("a checkpoint", Tally::get(&t.checkpoints)),
+        ],
+    );
+    assert!(
+        t.fired.lock().unwrap().is_empty() && Tally::get(&t.quota_hits) == 0,
+        "a fault fired in a test without faults"
+    );
 }
 
 /// The smallest no-fsync case: a few single-put commits, then power loss.

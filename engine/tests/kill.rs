@@ -1,7 +1,7 @@
 //! A real process killed with SIGKILL while it commits.
 //!
-//! The test re-executes its own binary to run `kill_child_writer` as a child
-//! process (it does nothing unless `KIVI_KILL_CHILD_DIR` is set). The child
+//! The child process is the `kivi-test-child kill-writer` program
+//! (`tests/support/child.rs`, `common::child::kill_writer`). The child
 //! opens a store in a directory and commits batches from a few threads with
 //! the default durability (fsync); after each acknowledged commit it prints
 //! `ACK <thread> <n>`. The parent kills it at a random moment (during
@@ -16,105 +16,15 @@
 
 mod common;
 
-use common::{
-    assert_healthy, batch_value, check_recovered, dump, mix, BatchRec, Model, Status, WriterHistory,
-};
-use kivi::{Db, Options, WriteBatch};
+use common::child::{batch_id, batch_ops, kill_opts as opts};
+use common::{assert_healthy, check_recovered, dump, BatchRec, Model, Status, WriterHistory};
+use kivi::Db;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
-
-const DIR_VAR: &str = "KIVI_KILL_CHILD_DIR";
-const RUN_VAR: &str = "KIVI_KILL_CHILD_RUN";
-const THREADS_VAR: &str = "KIVI_KILL_CHILD_THREADS";
-const KEYS_PER_THREAD: u64 = 64;
-
-fn opts() -> Options {
-    Options {
-        page_size: 512,
-        cache_bytes: 1 << 20,
-        checkpoint_bytes: 64 << 10,
-        segment_bytes: 64 << 10,
-        ..Default::default()
-    }
-}
-
-fn batch_id(run: u64, t: u64, n: u64) -> u64 {
-    (run << 40) | (t << 32) | n
-}
-
-/// The operations of batch `n` of thread `t` in run `run`, in order. Both
-/// processes compute them, so the child only has to say what was acknowledged.
-fn batch_ops(run: u64, t: u64, n: u64) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
-    let id = batch_id(run, t, n);
-    let mut x = mix(id);
-    let count = 1 + x % 5;
-    (0..count)
-        .map(|_| {
-            x = mix(x);
-            let key = format!("t{t}/k{:03}", x % KEYS_PER_THREAD).into_bytes();
-            if (x >> 32).is_multiple_of(7) {
-                (key, None)
-            } else {
-                let v = batch_value(id, &key);
-                (key, Some(v))
-            }
-        })
-        .collect()
-}
-
-/// The child: writes until killed (or for at most a minute, should the
-/// parent be gone).
-#[test]
-fn kill_child_writer() {
-    let Ok(dir) = std::env::var(DIR_VAR) else {
-        return; // An ordinary test run: nothing to do.
-    };
-    let run: u64 = std::env::var(RUN_VAR).unwrap().parse().unwrap();
-    let threads: u64 = std::env::var(THREADS_VAR).unwrap().parse().unwrap();
-    let db = Db::open(&dir, opts()).expect("child: open failed");
-    println!("READY");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let handles: Vec<_> = (0..threads)
-        .map(|t| {
-            let db = db.clone();
-            std::thread::spawn(move || {
-                for n in 0.. {
-                    if Instant::now() > deadline {
-                        break;
-                    }
-                    let mut b = WriteBatch::new();
-                    for (k, v) in batch_ops(run, t, n) {
-                        match v {
-                            Some(v) => b.put(k, v).unwrap(),
-                            None => b.delete(k).unwrap(),
-                        };
-                    }
-                    let r = db.write(b);
-                    let mut out = std::io::stdout().lock();
-                    match r {
-                        Ok(_) => writeln!(out, "ACK {t} {n}").unwrap(),
-                        Err(e) => {
-                            writeln!(out, "ERR {t} {n} {e}").unwrap();
-                            out.flush().unwrap();
-                            std::process::exit(3);
-                        }
-                    }
-                    out.flush().unwrap();
-                    if t == 0 && n % 97 == 96 {
-                        db.checkpoint().expect("child: checkpoint failed");
-                    }
-                }
-            })
-        })
-        .collect();
-    for h in handles {
-        h.join().unwrap();
-    }
-}
+use std::time::Duration;
 
 struct ChildRun {
     /// Per thread, the acknowledged batches (always 0..k).
@@ -125,17 +35,10 @@ struct ChildRun {
 
 /// Runs the child on `dir` and kills it with SIGKILL after `delay`.
 fn run_child(dir: &Path, run: u64, threads: u64, delay: Duration) -> ChildRun {
-    let exe = std::env::current_exe().unwrap();
-    let mut child = Command::new(exe)
-        .args([
-            "--exact",
-            "kill_child_writer",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(DIR_VAR, dir)
-        .env(RUN_VAR, run.to_string())
-        .env(THREADS_VAR, threads.to_string())
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kivi-test-child"))
+        .arg("kill-writer")
+        .arg(dir)
+        .args([run.to_string(), threads.to_string()])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -169,9 +72,7 @@ fn run_child(dir: &Path, run: u64, threads: u64, delay: Duration) -> ChildRun {
     let mut acked = vec![0u64; threads as usize];
     let mut ready = false;
     for line in &lines {
-        // The harness prints "test kill_child_writer ... " before the
-        // child's first line, on the same line.
-        if line.ends_with("READY") {
+        if line == "READY" {
             ready = true;
             continue;
         }
@@ -196,9 +97,6 @@ fn run_child(dir: &Path, run: u64, threads: u64, delay: Duration) -> ChildRun {
 
 #[test]
 fn kill_writer_at_random_moments() {
-    if std::env::var(DIR_VAR).is_ok() {
-        return; // Never recurse from a child.
-    }
     let seed = common::env_u64("KIVI_TEST_SEED").unwrap_or(0x6b11);
     let kills = common::cases(20);
     let mut rng = StdRng::seed_from_u64(seed);

@@ -174,12 +174,17 @@ mod tests {
 
     #[test]
     fn overlong_and_overflowing_varints_are_refused() {
-        assert!(Reader::new(&[0x80, 0x00]).varint().is_err());
-        assert!(Reader::new(&[0xff; 10]).varint().is_err());
-        assert!(
-            Reader::new(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02])
-                .varint()
-                .is_err()
+        let what = |r: Result<u64, DecodeError>| r.unwrap_err().what;
+        assert_eq!(what(Reader::new(&[0x80, 0x00]).varint()), "overlong varint");
+        assert_eq!(
+            what(Reader::new(&[0xff; 10]).varint()),
+            "varint overflows 64 bits"
+        );
+        assert_eq!(
+            what(
+                Reader::new(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02]).varint()
+            ),
+            "varint overflows 64 bits"
         );
         assert_eq!(
             Reader::new(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01])
@@ -187,6 +192,9 @@ mod tests {
                 .unwrap(),
             u64::MAX
         );
-        assert!(Reader::new(&[0x05]).len(4).is_err());
+        assert_eq!(
+            Reader::new(&[0x05]).len(4).unwrap_err().what,
+            "length over its limit"
+        );
     }
 }

@@ -261,7 +261,8 @@ mod tests {
             1,
             [OpRef::Delete(b"b"), OpRef::Delete(b"a")].into_iter(),
         );
-        assert!(CommitRecord::decode(&out).is_err());
+        let err = CommitRecord::decode(&out).unwrap_err();
+        assert_eq!(err.what, "commit record keys out of order", "{err}");
     }
 
     #[test]

@@ -14,10 +14,14 @@ use crate::codec::DecodeError;
 use std::fmt;
 
 pub const RECORD_HEADER_LEN: usize = 9;
+// The header: the CRC32C (u32), the body's length (u32), the type (u8).
+const _: () = assert!(RECORD_HEADER_LEN == size_of::<u32>() + size_of::<u32>() + size_of::<u8>());
 
 /// Largest record body accepted (256 MiB). Bounds every allocation made while
 /// reading records; a write batch is limited well below it.
 pub const MAX_RECORD_BODY: usize = 256 << 20;
+// The length field is a u32 (and a record's address offset too).
+const _: () = assert!(MAX_RECORD_BODY <= u32::MAX as usize - RECORD_HEADER_LEN);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
@@ -85,6 +89,9 @@ pub struct PageRef {
     pub addr: Addr,
     pub len: u32,
 }
+// The segment, the offset and the record's length, as `PageRef::encode`
+// writes them.
+const _: () = assert!(PageRef::ENCODED_LEN == 3 * size_of::<u32>());
 
 impl PageRef {
     pub const ENCODED_LEN: usize = 12;
@@ -259,9 +266,25 @@ mod tests {
         for i in 0..out.len() * 8 {
             let mut bad = out.clone();
             bad[i / 8] ^= 1 << (i % 8);
+            let r = decode_record_at(&bad, 1, 0);
+            // The header is the checksum (bytes 0..4), the body's length
+            // (4..8) and the type (8); the checksum covers all but itself.
+            let expected: &[RecordError] = match i / 8 {
+                0..4 => &[RecordError::BadChecksum],
+                // Longer than the bytes there, over the limit, or shorter
+                // (then the checksum does not match).
+                4..8 => &[
+                    RecordError::Truncated,
+                    RecordError::BadLength,
+                    RecordError::BadChecksum,
+                ],
+                // Another known type has the wrong checksum.
+                8 => &[RecordError::BadType, RecordError::BadChecksum],
+                _ => &[RecordError::BadChecksum],
+            };
             assert!(
-                decode_record_at(&bad, 1, 0).is_err(),
-                "flip of bit {i} went unnoticed"
+                matches!(r, Err(e) if expected.contains(&e)),
+                "flip of bit {i}: expected one of {expected:?}, got {r:?}"
             );
         }
     }

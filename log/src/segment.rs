@@ -15,9 +15,25 @@ const MAGIC: &[u8; 8] = b"KIVISEG\0";
 pub const FORMAT_VERSION: u32 = 3;
 
 const BODY_LEN: usize = 8 + 4 + 16 + 8 + 1 + 8 + 8;
+// The body as `encode` writes it: the magic, the format version (u32), the
+// store id, the segment (u64), its kind (u8), the previous segment and where
+// it ends (u64 each).
+const _: () = assert!(
+    BODY_LEN
+        == MAGIC.len()
+            + size_of::<u32>()
+            + size_of::<[u8; 16]>()
+            + size_of::<u64>()
+            + size_of::<u8>()
+            + 2 * size_of::<u64>()
+);
 
 /// Total length of the header record at the start of each segment.
 pub const SEGMENT_HEADER_LEN: u64 = (RECORD_HEADER_LEN + BODY_LEN) as u64;
+// Format 3's segment header is 62 bytes: a header of another length is
+// another format (a new FORMAT_VERSION, and a fixture in
+// engine/tests/data/format-v<N>).
+const _: () = assert!(FORMAT_VERSION != 3 || SEGMENT_HEADER_LEN == 62);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]

@@ -63,11 +63,15 @@ fn damage_before_valid_records_is_corruption_not_a_tail() {
     let msg = err.to_string();
     assert!(msg.contains(&format!("offset {}", offsets[2])), "{msg}");
     assert!(msg.contains("not a torn tail"), "{msg}");
-    assert!(scan_all(
+    match scan_all(
         &sim,
-        ScanEnd::Exact(sim.segment_bytes(1).unwrap().len() as u64)
-    )
-    .is_err());
+        ScanEnd::Exact(sim.segment_bytes(1).unwrap().len() as u64),
+    ) {
+        Err(kivi_log::Error::Corrupt(c)) => {
+            assert_eq!(c.offset, offsets[2], "{c}");
+        }
+        r => panic!("an exact scan over damage: expected corruption, got {r:?}"),
+    }
 }
 
 #[test]
@@ -100,7 +104,25 @@ fn a_torn_header_means_an_empty_segment_only_at_the_tail() {
     assert!(scan_segment(reader.clone(), 1, "s".into(), ScanEnd::Tail)
         .unwrap()
         .is_none());
-    assert!(scan_segment(reader, 1, "s".into(), ScanEnd::Exact(SEGMENT_HEADER_LEN)).is_err());
+    // Before the tail, a successor says the segment is whole: 20 bytes are
+    // too short for what it says...
+    match scan_segment(reader, 1, "s".into(), ScanEnd::Exact(SEGMENT_HEADER_LEN)) {
+        Err(kivi_log::Error::Corrupt(c)) => assert!(c.what.contains("successor"), "{c}"),
+        Err(e) => panic!("a short segment before the tail: expected corruption, got {e}"),
+        Ok(_) => panic!("a short segment before the tail was accepted"),
+    }
+    // ...and a header's worth of zeros is not a header.
+    w.append(&vec![0u8; SEGMENT_HEADER_LEN as usize - 20])
+        .unwrap();
+    let reader = sim.open_segment(1).unwrap();
+    match scan_segment(reader, 1, "s".into(), ScanEnd::Exact(SEGMENT_HEADER_LEN)) {
+        Err(kivi_log::Error::Corrupt(c)) => {
+            assert_eq!(c.offset, 0, "{c}");
+            assert!(c.what.contains("segment header"), "{c}");
+        }
+        Err(e) => panic!("a torn header before the tail: expected corruption, got {e}"),
+        Ok(_) => panic!("a torn header before the tail was accepted"),
+    }
 }
 
 #[test]

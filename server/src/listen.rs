@@ -122,8 +122,12 @@ mod tests {
             Addr::parse("./kivi.sock"),
             Ok(Addr::Unix(PathBuf::from("./kivi.sock")))
         );
-        assert!(Addr::parse("6380").is_err());
-        assert!(Addr::parse("localhost:http").is_err());
-        assert!(Addr::parse(":6380").is_err());
+        for bad in ["6380", "localhost:http", ":6380"] {
+            let err = Addr::parse(bad).unwrap_err();
+            assert!(
+                err.starts_with(&format!("{bad:?} is neither host:port nor a socket path")),
+                "{err}"
+            );
+        }
     }
 }

@@ -10,18 +10,20 @@
 //! Three implementations live here:
 //! - [`LocalDir`]: a directory on a local file system (the default);
 //! - [`MemoryStorage`]: everything in RAM, every write immediately "durable";
-//! - [`SimStorage`]: a crash simulator that remembers what was synced, can drop,
-//!   reorder and tear un-synced writes on a simulated crash, and can fail any
-//!   call with EIO or ENOSPC on purpose.
+//! - `SimStorage` (with the `sim` feature, for tests): a crash simulator that
+//!   remembers what was synced, can drop, reorder and tear un-synced writes on
+//!   a simulated crash, and can fail any call with EIO or ENOSPC on purpose.
 
 mod error;
 mod local;
 mod memory;
+#[cfg(any(test, feature = "sim"))]
 mod sim;
 
 pub use error::{Corruption, Error, IoError};
 pub use local::LocalDir;
 pub use memory::MemoryStorage;
+#[cfg(any(test, feature = "sim"))]
 pub use sim::{Fault, Op as SimOp, SimStorage};
 
 use std::fmt::Debug;

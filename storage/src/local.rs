@@ -531,7 +531,11 @@ mod tests {
             r.read_at(8, &mut buf).unwrap_err().kind(),
             io::ErrorKind::UnexpectedEof
         );
-        assert!(s.create_segment(7).is_err(), "a segment id is never reused");
+        assert_eq!(
+            s.create_segment(7).err().map(|e| e.kind()),
+            Some(io::ErrorKind::AlreadyExists),
+            "a segment id is never reused"
+        );
         s.delete_segment(3).unwrap();
         assert_eq!(s.list_segments().unwrap(), vec![7]);
     }
@@ -599,8 +603,10 @@ mod tests {
             written_back: 0,
             failed: Some(io::ErrorKind::Other),
         };
-        assert!(w.append(b"x").is_err());
-        assert!(w.sync().is_err());
+        for e in [w.append(b"x").unwrap_err(), w.sync().unwrap_err()] {
+            assert_eq!(e.kind(), io::ErrorKind::Other, "{e}");
+            assert!(e.to_string().contains("an earlier write-back"), "{e}");
+        }
         assert_eq!(w.len(), 0);
     }
 
@@ -619,7 +625,11 @@ mod tests {
         assert!(s.list_segments().unwrap().is_empty());
         assert!(!tmp.path().join(segment_file_name(4)).exists());
         drop(r);
-        assert!(s.delete_segment(4).is_err(), "deleting twice fails");
+        assert_eq!(
+            s.delete_segment(4).unwrap_err().kind(),
+            io::ErrorKind::NotFound,
+            "deleting twice fails"
+        );
     }
 
     #[test]
@@ -648,7 +658,8 @@ mod tests {
             err.to_string().contains("in use by another process"),
             "{err}"
         );
-        assert!(LocalDir::open_read_only(tmp.path()).is_err());
+        let err = LocalDir::open_read_only(tmp.path()).err().unwrap();
+        assert_eq!(err.kind(), io::ErrorKind::WouldBlock, "{err}");
     }
 
     #[test]
@@ -665,7 +676,13 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         drop(LocalDir::open(tmp.path()).unwrap());
         let s = LocalDir::open_read_only(tmp.path()).unwrap();
-        assert!(s.create_segment(1).is_err());
-        assert!(s.write_meta("KIVI", b"x").is_err());
+        assert_eq!(
+            s.create_segment(1).err().map(|e| e.kind()),
+            Some(io::ErrorKind::ReadOnlyFilesystem)
+        );
+        assert_eq!(
+            s.write_meta("KIVI", b"x").unwrap_err().kind(),
+            io::ErrorKind::ReadOnlyFilesystem
+        );
     }
 }

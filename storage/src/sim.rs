@@ -7,9 +7,9 @@
 //!   makes all of them durable;
 //! - [`SimStorage::crash`] returns the disk as a restarted machine would find
 //!   it: the synced bytes of every segment, plus an arbitrary subset of the
-//!   pending writes, applied in an arbitrary order, the last one applied torn
-//!   at an arbitrary byte; a gap left by a dropped write reads as zeros, as a
-//!   file hole does; a segment whose first bytes were synced may also end
+//!   pending writes, applied in an arbitrary order, the last one applied
+//!   torn at an arbitrary byte half the time (else all of them whole); a gap
+//!   left by a dropped write reads as zeros, as a file hole does; a segment whose first bytes were synced may also end
 //!   in zeros past all of that, as LocalDir's sparse tail leaves it;
 //! - a segment whose creation did not complete (the directory sync failed) may
 //!   or may not exist after the crash; a failed deletion leaves it in place;
@@ -32,7 +32,7 @@ use std::sync::Arc;
 const SIM_SPARSE_TAIL: usize = 64 << 10;
 
 /// How an injected failure shows itself.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Fault {
     /// EIO: the device failed.
     Io,
@@ -50,7 +50,7 @@ impl Fault {
 }
 
 /// The kinds of call a fault can be aimed at.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Op {
     List,
     Create,
@@ -96,6 +96,10 @@ struct SimState {
     calls: u64,
     reads: u64,
     syncs: u64,
+    /// Injected faults that failed a call, by the call and the fault.
+    fired: BTreeMap<(Op, Fault), u64>,
+    /// Appends the quota failed.
+    quota_hits: u64,
     /// Drives the simulator's own choices (how much of a failing append
     /// survives), so a test's seed reproduces them.
     seed: u64,
@@ -117,6 +121,7 @@ impl SimState {
             }
             if rule.fired {
                 if rule.sticky {
+                    *self.fired.entry((op, rule.fault)).or_default() += 1;
                     return Err(IoError::new(op_name(op), target, rule.fault.error()));
                 }
                 continue;
@@ -126,6 +131,7 @@ impl SimState {
                 continue;
             }
             rule.fired = true;
+            *self.fired.entry((op, rule.fault)).or_default() += 1;
             return Err(IoError::new(op_name(op), target, rule.fault.error()));
         }
         Ok(())
@@ -208,6 +214,19 @@ impl SimStorage {
         (st.calls, st.reads, st.syncs)
     }
 
+    /// How many calls the injected faults failed so far, per kind of call
+    /// and fault (a test can check that it exercised what it means to).
+    /// Counted per disk: the disk [`crash`](Self::crash) returns starts at
+    /// zero.
+    pub fn faults_fired(&self) -> BTreeMap<(Op, Fault), u64> {
+        self.state.lock().fired.clone()
+    }
+
+    /// How many appends the quota ([`set_quota`](Self::set_quota)) failed so far.
+    pub fn quota_hits(&self) -> u64 {
+        self.state.lock().quota_hits
+    }
+
     /// Total bytes in all segments, as the running process sees them.
     pub fn total_bytes(&self) -> u64 {
         self.state.lock().total_bytes()
@@ -243,8 +262,12 @@ impl SimStorage {
                 .collect();
             shuffle(&mut chosen, rng);
             let n = chosen.len();
+            // Half the time the last write is torn; else every chosen write
+            // landed whole (as when the machine lost power after the
+            // writes reached the disk but before a sync said so).
+            let tear = rng.random_bool(0.5);
             for (i, (start, end)) in chosen.into_iter().enumerate() {
-                let end = if i + 1 == n {
+                let end = if tear && i + 1 == n {
                     start + rng.random_range(0..=end - start)
                 } else {
                     end
@@ -405,11 +428,14 @@ impl SegmentWriter for SimWriter {
             .quota
             .is_some_and(|q| st.total_bytes() + bytes.len() as u64 > q);
         let result = match st.check(Op::Append, &self.name) {
-            Ok(()) if quota_hit => Err(IoError::new(
-                "append to",
-                &self.name,
-                Fault::NoSpace.error(),
-            )),
+            Ok(()) if quota_hit => {
+                st.quota_hits += 1;
+                Err(IoError::new(
+                    "append to",
+                    &self.name,
+                    Fault::NoSpace.error(),
+                ))
+            }
             r => r,
         };
         // A failed append may still leave a prefix of its bytes behind.
@@ -546,8 +572,15 @@ mod tests {
         let sim = SimStorage::new();
         let mut w = sim.create_segment(1).unwrap();
         let _after = sim.crash(&mut rng(1));
-        assert!(w.append(b"x").is_err());
-        assert!(sim.list_segments().is_err());
+        for e in [
+            w.append(b"x").unwrap_err(),
+            sim.list_segments().unwrap_err(),
+        ] {
+            assert!(
+                e.to_string().contains("simulated machine has crashed"),
+                "{e}"
+            );
+        }
     }
 
     #[test]
@@ -556,13 +589,26 @@ mod tests {
         sim.inject(Some(Op::Sync), 1, Fault::Io, false);
         let mut w = sim.create_segment(1).unwrap();
         w.sync().unwrap();
-        assert!(w.sync().is_err());
+        let e = w.sync().unwrap_err();
+        assert!(
+            !e.is_full() && e.to_string().contains("injected EIO"),
+            "{e}"
+        );
         w.sync().unwrap();
         sim.inject(Some(Op::Create), 0, Fault::NoSpace, true);
         assert!(sim.create_segment(2).err().unwrap().is_full());
         assert!(sim.create_segment(3).err().unwrap().is_full());
         sim.heal();
         sim.create_segment(3).unwrap();
+        let fired: Vec<_> = sim.faults_fired().into_iter().collect();
+        assert_eq!(
+            fired,
+            [
+                ((Op::Create, Fault::NoSpace), 2),
+                ((Op::Sync, Fault::Io), 1)
+            ]
+        );
+        assert_eq!(sim.quota_hits(), 0);
     }
 
     #[test]
@@ -573,5 +619,7 @@ mod tests {
         w.append(b"12345678").unwrap();
         assert!(w.append(b"abcdef").unwrap_err().is_full());
         assert_eq!(w.len(), 8);
+        assert_eq!(sim.quota_hits(), 1);
+        assert!(sim.faults_fired().is_empty());
     }
 }

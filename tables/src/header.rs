@@ -11,6 +11,17 @@ pub const LOG_MAGIC: u32 = 0x49B3_9C95;
 pub const LOG_HEADER_LEN: usize = 84;
 pub const INDEX_MAGIC: u32 = 0x9A11_318F;
 pub const INDEX_HEADER_LEN: usize = 112;
+// The fields, packed, as `LogHeader::to_bytes` writes them: magic, major, minor,
+// file_identifier (u32 each); num_puts, num_deletes, data_end, max_key_len,
+// max_value_len, delete_size (u64 each); compression, compression_block_size
+// (u32 each); put_size (u64); max_entries_per_block (u32).
+const _: () = assert!(LOG_HEADER_LEN == 4 * 4 + 6 * 8 + 2 * 4 + 8 + 4);
+// And `IndexHeader::to_bytes`: magic, major, minor, file_identifier, hash_seed
+// (u32 each); data_end, max_key_len, max_value_len, num_puts, garbage_size,
+// num_entries (u64 each); address_size, hash_size (u32 each); hash_capacity,
+// max_displacement (u64 each); entry_block_bits (u32); hash_collisions,
+// total_displacement (u64 each).
+const _: () = assert!(INDEX_HEADER_LEN == 5 * 4 + 6 * 8 + 2 * 4 + 2 * 8 + 4 + 2 * 8);
 
 /// How a log's data region is stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -42,6 +42,8 @@ use std::path::{Path, PathBuf};
 
 /// An operation as spilled to a region's temporary file.
 pub const RECORD_LEN: usize = 25;
+// The sequence number, the hash and the address (u64 each), and the kind (u8).
+const _: () = assert!(RECORD_LEN == 3 * size_of::<u64>() + size_of::<u8>());
 
 pub fn encode_record(seq: u64, op: &Op, out: &mut [u8; RECORD_LEN]) {
     out[0..8].copy_from_slice(&seq.to_le_bytes());

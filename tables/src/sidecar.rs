@@ -35,6 +35,8 @@ pub const MAGIC: u32 = 0x4D55_534B;
 pub const VERSION: u32 = 1;
 pub const RANGE: u64 = 64 << 10;
 const FIXED: usize = 48;
+// The fixed fields of the layout above: four u32, two u64, two u32, one u64.
+const _: () = assert!(FIXED == 4 * 4 + 2 * 8 + 2 * 4 + 8);
 
 /// `BASE.kvsum`.
 pub fn sidecar_path(base: &Path) -> PathBuf {

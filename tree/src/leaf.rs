@@ -192,6 +192,10 @@ struct Slot {
     kind: u8,
     _pad: u8,
 }
+// Two of the buffer's u64 words a slot (`2 * n` words for `n` slots), cast
+// in place: no bigger, and no more aligned, than they are.
+const _: () = assert!(size_of::<Slot>() == 2 * size_of::<u64>());
+const _: () = assert!(align_of::<Slot>() <= align_of::<u64>());
 
 /// A value as found in a leaf.
 #[derive(Debug, Clone, Copy)]

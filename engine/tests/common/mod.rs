@@ -13,6 +13,8 @@
 
 #![allow(dead_code)]
 
+pub mod child;
+
 use kivi::{Db, Options};
 use std::collections::{BTreeMap, HashMap};
 use std::panic::{catch_unwind, AssertUnwindSafe};

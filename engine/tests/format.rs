@@ -1,0 +1,289 @@
+//! The on-disk format: a store written by this version, committed under
+//! `tests/data/format-v<N>/` (N = `kivi_log::FORMAT_VERSION`, which the
+//! store's `KIVI` file and every segment header carry), must open and read
+//! back exactly what wrote it, and pass `check`. A change that reads the
+//! committed bytes differently fails here; a change of the format must bump
+//! the version and add a fixture for it (the last test fails until it does),
+//! keeping the old fixture to test whatever upgrade path there is.
+//!
+//! The fixture holds both paths a store is read by: most pairs are in a
+//! checkpoint (the tree in a page segment), and the later writes only in the
+//! commit log after it, replayed at open. It has deletes (of pairs in the
+//! checkpoint and of pairs written after it), batches, binary and long keys,
+//! empty values, values inline and out of line (over 1 KiB), and values over
+//! 4 KiB (a default page).
+//!
+//! To write the fixture for the current version (only when the format
+//! changed, into a new directory; never rewrite an existing one):
+//!
+//! ```text
+//! cargo test -p kivi --test format -- --ignored --exact write_the_format_fixture
+//! ```
+
+mod common;
+
+use common::{assert_healthy, dump, mix, Model};
+use kivi::{Db, Options, WriteBatch};
+use std::path::{Path, PathBuf};
+
+/// The fixture of the format this build writes.
+fn fixture_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(format!("format-v{}", kivi_log::FORMAT_VERSION))
+}
+
+/// One step of the fixture's history.
+enum Step {
+    Put(Vec<u8>, Vec<u8>),
+    Delete(Vec<u8>),
+    Batch(Vec<(Vec<u8>, Option<Vec<u8>>)>),
+    Checkpoint,
+}
+
+fn key(i: u32) -> Vec<u8> {
+    format!("key{i:04}").into_bytes()
+}
+
+/// The value of `key(i)` as written in `round`: sizes from empty to over
+/// 4 KiB, bytes derived from both.
+fn value(i: u32, round: u32) -> Vec<u8> {
+    let len = match i {
+        150 => 5000,
+        151 => 9000,
+        _ if i.is_multiple_of(25) => 1500 + i as usize,
+        _ => [0, 1, 7, 33, 120, 260][(i % 6) as usize],
+    };
+    let mut x = mix(u64::from(i) << 8 | u64::from(round));
+    (0..len)
+        .map(|_| {
+            x = mix(x);
+            x as u8
+        })
+        .collect()
+}
+
+/// What the fixture's writer did, in order. Never change this for an
+/// existing fixture: the test checks the fixture against it.
+fn steps() -> Vec<Step> {
+    use Step::*;
+    let mut s = Vec::new();
+    // Before the checkpoint.
+    for i in 0..300 {
+        s.push(Put(key(i), value(i, 1)));
+    }
+    for i in (0..300).step_by(7) {
+        s.push(Delete(key(i)));
+    }
+    s.push(Put(b"\x00binary\xff\x01key".to_vec(), b"\xff\x00".to_vec()));
+    s.push(Put(vec![b'L'; 1000], value(1000, 1)));
+    s.push(Batch(
+        (0..40)
+            .map(|j| {
+                if j % 4 == 3 {
+                    (key(j * 3 + 1), None)
+                } else {
+                    (format!("batch1/{j:02}").into_bytes(), Some(value(j, 10)))
+                }
+            })
+            .collect(),
+    ));
+    s.push(Checkpoint);
+    // After it: only in the commit log.
+    for i in (0..300).step_by(5) {
+        s.push(Put(key(i), value(i, 2)));
+    }
+    for i in (0..300).step_by(11) {
+        s.push(Delete(key(i)));
+    }
+    for i in 300..340 {
+        s.push(Put(key(i), value(i, 2)));
+    }
+    s.push(Delete(b"never-written".to_vec()));
+    s.push(Delete(b"\x00binary\xff\x01key".to_vec()));
+    s.push(Put(key(151), value(151, 3)));
+    s.push(Batch(vec![
+        (b"batch2/a".to_vec(), Some(value(2000, 4))),
+        (b"batch2/big".to_vec(), Some(value(150, 4))),
+        (b"batch2/empty".to_vec(), Some(Vec::new())),
+        (key(14), Some(value(14, 4))),
+        (key(2), None),
+        (b"batch1/00".to_vec(), None),
+    ]));
+    s
+}
+
+/// The pairs the store holds after `steps()`.
+fn expected() -> Model {
+    let mut m = Model::new();
+    for step in steps() {
+        match step {
+            Step::Put(k, v) => {
+                m.insert(k, v);
+            }
+            Step::Delete(k) => {
+                m.remove(&k);
+            }
+            Step::Batch(ops) => {
+                for (k, v) in ops {
+                    match v {
+                        Some(v) => m.insert(k, v),
+                        None => m.remove(&k),
+                    };
+                }
+            }
+            Step::Checkpoint => {}
+        }
+    }
+    m
+}
+
+/// The options the fixture is written with: no checkpoint but the one it
+/// asks for (and none when it is closed: the backlog is small).
+fn opts() -> Options {
+    Options {
+        checkpoint_bytes: 1 << 30,
+        ..Options::default()
+    }
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    let entries =
+        std::fs::read_dir(from).unwrap_or_else(|e| panic!("no fixture at {}: {e}", from.display()));
+    for e in entries {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+    }
+}
+
+#[test]
+fn the_committed_store_of_this_format_reads_back_exactly() {
+    let fixture = fixture_dir();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("store");
+    copy_dir(&fixture, &dir);
+    let db = Db::open(&dir, Options::default())
+        .unwrap_or_else(|e| panic!("opening a copy of {}: {e}", fixture.display()));
+    let stats = db.stats().unwrap();
+    assert!(
+        stats.damage_at_open.is_empty() && stats.torn_tail.is_none(),
+        "the fixture opened with damage: {:?}, torn tail {:?}",
+        stats.damage_at_open,
+        stats.torn_tail
+    );
+    // Both paths: a checkpoint's tree, and commits replayed after it.
+    assert!(
+        stats.checkpoint_tree_bytes > 0,
+        "no checkpoint in the fixture"
+    );
+    assert!(
+        stats.replayed_at_open > 0,
+        "nothing replayed from the commit log"
+    );
+    let want = expected();
+    for (k, v) in &want {
+        let got = db.get(k).unwrap();
+        assert!(
+            got.as_deref() == Some(v.as_slice()),
+            "{}: got {:?}, expected {} bytes",
+            common::show(k),
+            got.map(|g| g.len()),
+            v.len()
+        );
+    }
+    for step in steps() {
+        if let Step::Delete(k) = step {
+            if !want.contains_key(&k) {
+                assert_eq!(
+                    db.get(&k).unwrap(),
+                    None,
+                    "{} was deleted",
+                    common::show(&k)
+                );
+            }
+        }
+    }
+    let got = dump(&db);
+    assert!(
+        got == want,
+        "a scan finds {} pairs, expected {}",
+        got.len(),
+        want.len()
+    );
+    assert_healthy(&db, want.len());
+    // It takes writes, and reopens with them.
+    db.put(b"after", b"the fixture").unwrap();
+    db.close().unwrap();
+    let db = Db::open(&dir, Options::default()).unwrap();
+    assert_eq!(
+        db.get(b"after").unwrap().as_deref(),
+        Some(&b"the fixture"[..])
+    );
+    assert_healthy(&db, want.len() + 1);
+}
+
+/// A new format version needs its fixture: `FORMAT_VERSION` changed without
+/// one, the test above would have nothing to read.
+#[test]
+fn the_format_version_has_a_fixture() {
+    let dir = fixture_dir();
+    assert!(
+        dir.join("KIVI").is_file(),
+        "no fixture for format {} at {}: write one (see the top of tests/format.rs)",
+        kivi_log::FORMAT_VERSION,
+        dir.display()
+    );
+    let identity = std::fs::read_to_string(dir.join("KIVI")).unwrap();
+    assert!(
+        identity.contains(&format!("\nformat {}\n", kivi_log::FORMAT_VERSION)),
+        "the fixture in {} is of another format: {identity:?}",
+        dir.display()
+    );
+}
+
+/// Writes the fixture of the current format (see the top of this file).
+#[test]
+#[ignore = "writes the committed fixture; run by hand when the format changes"]
+fn write_the_format_fixture() {
+    let dir = fixture_dir();
+    assert!(
+        !dir.exists(),
+        "{} exists: a fixture is never rewritten (delete it by hand if you must)",
+        dir.display()
+    );
+    let db = Db::open(&dir, opts()).unwrap();
+    for step in steps() {
+        match step {
+            Step::Put(k, v) => db.put(&k, &v).unwrap(),
+            Step::Delete(k) => {
+                db.delete(&k).unwrap();
+            }
+            Step::Batch(ops) => {
+                let mut b = WriteBatch::new();
+                for (k, v) in ops {
+                    match v {
+                        Some(v) => b.put(k, v).unwrap(),
+                        None => b.delete(k).unwrap(),
+                    };
+                }
+                db.write(b).unwrap();
+            }
+            Step::Checkpoint => db.checkpoint().unwrap(),
+        }
+    }
+    let stats = db.stats().unwrap();
+    assert_eq!(stats.checkpoints, 1, "one checkpoint, the one asked for");
+    db.close().unwrap();
+    // What the writer left: every key, with the last part only in the log.
+    let db = Db::open(
+        &dir,
+        Options {
+            read_only: true,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    assert!(db.stats().unwrap().replayed_at_open > 0);
+    assert!(dump(&db) == expected());
+}
