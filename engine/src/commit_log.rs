@@ -60,7 +60,7 @@ impl CommitLog {
         pacer: Arc<Pacer>,
     ) -> Self {
         CommitLog {
-            chain: SegmentChain::new(storage, ids, store_id, SegmentKind::Commits, prev),
+            chain: SegmentChain::new(storage, ids, store_id, SegmentKind::Commits, None, prev),
             target,
             pacer,
             segments: segments.into(),
@@ -119,7 +119,7 @@ impl CommitLog {
                     cur.valid_end()
                 }
             })?;
-            let app = self.chain.open_next(false)?;
+            let app = self.chain.open_next()?;
             self.segments.push_back(LogSegment {
                 id: app.id(),
                 max_seq: 0,

@@ -39,7 +39,7 @@ pub(crate) struct Inner {
 }
 
 /// A kivi store. Cheap to clone; all clones share one store, and the store
-/// closes (after a final checkpoint) when the last clone is dropped.
+/// closes (as [`Db::close`] does) when the last clone is dropped.
 #[derive(Clone)]
 pub struct Db {
     handle: Arc<Handle>,
@@ -457,8 +457,9 @@ impl Db {
         Ok(())
     }
 
-    /// Closes the store: a final checkpoint, then every file closed. Other
-    /// clones of this handle see [`Error::Closed`] afterwards.
+    /// Closes the store: a final checkpoint if at least 1 MiB of commits
+    /// (or 8 commit segments) came since the last one, so the next open
+    /// replays little; then every file closed. Other clones of this handle see [`Error::Closed`] afterwards.
     pub fn close(self) -> Result<()> {
         self.inner().shutdown()
     }

@@ -60,6 +60,7 @@ pub use stats::Stats;
 /// is `kivi_storage::SimStorage`, behind that crate's `sim` feature.
 pub mod storage {
     pub use kivi_storage::{
-        IoError, LocalDir, MemoryStorage, SegmentId, SegmentReader, SegmentWriter, Storage,
+        IoError, LocalDir, MemoryStorage, SegmentId, SegmentReader, SegmentWriter, StepHook,
+        Storage,
     };
 }

@@ -3,7 +3,7 @@
 //! once at its end, before its checkpoint record is committed, so a page is
 //! never referenced before it is durable.
 
-use crate::pacing::{Pacer, BULK_STEP};
+use crate::pacing::Pacer;
 use crate::segment_chain::SegmentChain;
 use kivi_log::{Addr, Error, PageRef, RecordType, SegmentIds, SegmentKind};
 use kivi_storage::{SegmentId, Storage};
@@ -22,8 +22,6 @@ pub(crate) struct PageLog {
     /// so that a checkpoint's sync never puts a burst of pages in front of a
     /// commit's (see `Storage::create_bulk_segment`).
     chain: SegmentChain,
-    /// Paces appends around commits.
-    pacer: Arc<Pacer>,
     /// Most bytes a segment takes (`segment_bytes`); see `segment_target`.
     max_target: u64,
     target: u64,
@@ -49,8 +47,14 @@ impl PageLog {
         pacer: Arc<Pacer>,
     ) -> Self {
         PageLog {
-            chain: SegmentChain::new(storage, ids, store_id, SegmentKind::Pages, prev),
-            pacer,
+            chain: SegmentChain::new(
+                storage,
+                ids,
+                store_id,
+                SegmentKind::Pages,
+                Some(Arc::new(move || pacer.after_step())),
+                prev,
+            ),
             max_target: target,
             target,
             durable_end: 0,
@@ -124,16 +128,8 @@ impl PageLog {
         // Unsynced, a page segment validly ends where the last durable
         // checkpoint's pages do.
         let durable_end = self.durable_end;
-        let pacer = &self.pacer;
-        let flushed = match self.chain.current_mut() {
-            Some(cur) => cur.flush_in_steps(BULK_STEP, &mut || pacer.after_step()),
-            None => Ok(()),
-        };
-        // Closed whatever happened: a failed flush leaves it broken, and the
-        // next segment declares it ends at `durable_end`.
-        let closed = self.chain.close(|_, _| durable_end);
-        flushed.and(closed)?;
-        let app = self.chain.open_next(true)?;
+        self.chain.close(|_, _| durable_end)?;
+        let app = self.chain.open_next()?;
         self.durable_end = app.len();
         self.segments.insert(app.id(), app.len());
         self.publish();
@@ -142,12 +138,8 @@ impl PageLog {
 
     /// Makes everything written so far durable.
     pub fn sync(&mut self) -> Result<(), Error> {
-        let pacer = &self.pacer;
         match self.chain.current_mut() {
-            Some(cur) => {
-                cur.flush_in_steps(BULK_STEP, &mut || pacer.after_step())?;
-                cur.sync()
-            }
+            Some(cur) => cur.sync(),
             None => Ok(()),
         }
     }
@@ -189,12 +181,11 @@ impl PageSink for PageLog {
         if full {
             self.roll()?;
         }
-        let pacer = &self.pacer;
         let cur = self.chain.current_mut().expect("page segment open");
         let r = cur.buffer_record(ty, |out| body(out));
         self.segments.insert(cur.id(), cur.len());
         if cur.buffered() >= WRITE_BUFFER {
-            cur.flush_in_steps(BULK_STEP, &mut || pacer.after_step())?;
+            cur.flush()?;
             self.publish();
         }
         Ok(r)

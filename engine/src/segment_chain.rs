@@ -6,7 +6,7 @@
 //! without a successful sync.
 
 use kivi_log::{Error, SegmentAppender, SegmentIds, SegmentKind};
-use kivi_storage::{IoError, SegmentId, SegmentReader, SegmentWriter, Storage};
+use kivi_storage::{IoError, SegmentId, SegmentReader, SegmentWriter, StepHook, Storage};
 use std::sync::Arc;
 
 pub(crate) struct SegmentChain {
@@ -14,6 +14,9 @@ pub(crate) struct SegmentChain {
     ids: Arc<SegmentIds>,
     store_id: [u8; 16],
     kind: SegmentKind,
+    /// For a chain of bulk segments (see `Storage::create_bulk_segment`),
+    /// what their writers call after each write-back step.
+    bulk: Option<StepHook>,
     /// The segment being appended to, if one is open.
     current: Option<SegmentAppender>,
     /// The previous segment and where it validly ends, for the next header.
@@ -26,6 +29,7 @@ impl SegmentChain {
         ids: Arc<SegmentIds>,
         store_id: [u8; 16],
         kind: SegmentKind,
+        bulk: Option<StepHook>,
         prev: Option<(SegmentId, u64)>,
     ) -> Self {
         SegmentChain {
@@ -33,6 +37,7 @@ impl SegmentChain {
             ids,
             store_id,
             kind,
+            bulk,
             current: None,
             prev,
         }
@@ -92,16 +97,17 @@ impl SegmentChain {
     }
 
     /// Starts the next segment (the open one must be closed first); its
-    /// header, naming the previous segment, is durable on return. A bulk
-    /// chain's segments are created as bulk segments (see
-    /// `Storage::create_bulk_segment`).
-    pub fn open_next(&mut self, bulk: bool) -> Result<&mut SegmentAppender, Error> {
+    /// header, naming the previous segment, is durable on return.
+    pub fn open_next(&mut self) -> Result<&mut SegmentAppender, Error> {
         assert!(self.current.is_none(), "opening a segment over an open one");
         let id = self.ids.allocate()?;
-        let storage: &dyn Storage = if bulk {
-            &Bulk(self.storage.as_ref())
-        } else {
-            self.storage.as_ref()
+        let bulk;
+        let storage: &dyn Storage = match &self.bulk {
+            Some(after_step) => {
+                bulk = Bulk(self.storage.as_ref(), after_step);
+                &bulk
+            }
+            None => self.storage.as_ref(),
         };
         match SegmentAppender::create(storage, id, self.store_id, self.kind, self.prev) {
             Ok(app) => Ok(self.current.insert(app)),
@@ -116,15 +122,20 @@ impl SegmentChain {
 }
 
 /// The storage as a bulk chain creates segments in it: as bulk segments.
-#[derive(Debug)]
-struct Bulk<'a>(&'a dyn Storage);
+struct Bulk<'a>(&'a dyn Storage, &'a StepHook);
+
+impl std::fmt::Debug for Bulk<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Bulk").field(&self.0).finish()
+    }
+}
 
 impl Storage for Bulk<'_> {
     fn list_segments(&self) -> Result<Vec<SegmentId>, IoError> {
         self.0.list_segments()
     }
     fn create_segment(&self, id: SegmentId) -> Result<Box<dyn SegmentWriter>, IoError> {
-        self.0.create_bulk_segment(id)
+        self.0.create_bulk_segment(id, self.1.clone())
     }
     fn open_segment(&self, id: SegmentId) -> Result<Arc<dyn SegmentReader>, IoError> {
         self.0.open_segment(id)

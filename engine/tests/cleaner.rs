@@ -541,6 +541,7 @@ impl kivi::storage::Storage for StalledPages {
     fn create_bulk_segment(
         &self,
         id: u64,
+        _after_step: kivi::storage::StepHook,
     ) -> Result<Box<dyn kivi::storage::SegmentWriter>, kivi::storage::IoError> {
         Ok(Box::new(GatedWriter {
             inner: self.sim.create_segment(id)?,

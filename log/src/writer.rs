@@ -157,31 +157,15 @@ impl SegmentAppender {
 
     /// Writes the buffered records to the segment in one append.
     pub fn flush(&mut self) -> Result<(), Error> {
-        self.flush_in_steps(usize::MAX, &mut || {})
-    }
-
-    /// Writes the buffered records in appends of at most `step` bytes,
-    /// calling `after_step` after each: a writer that paces its appends (the
-    /// page log, around commits) decides there whether to wait. A failure
-    /// leaves the segment broken with its valid end where this flush began.
-    pub fn flush_in_steps(
-        &mut self,
-        step: usize,
-        after_step: &mut dyn FnMut(),
-    ) -> Result<(), Error> {
-        assert!(step > 0, "flush step of zero bytes");
         if self.buf.is_empty() {
             return Ok(());
         }
         self.check_usable()?;
-        for piece in self.buf.chunks(step) {
-            if let Err(e) = self.writer.append(piece) {
-                self.broken = true;
-                self.good_end = self.written;
-                self.buf.clear();
-                return Err(e.into());
-            }
-            after_step();
+        if let Err(e) = self.writer.append(&self.buf) {
+            self.broken = true;
+            self.good_end = self.written;
+            self.buf.clear();
+            return Err(e.into());
         }
         self.written += self.buf.len() as u64;
         self.buf.clear();

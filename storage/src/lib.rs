@@ -36,6 +36,10 @@ pub type SegmentId = u64;
 /// Largest segment id the file naming and page addresses can carry (2^32 - 1).
 pub const MAX_SEGMENT_ID: SegmentId = u32::MAX as u64;
 
+/// Called by a bulk segment's writer after each step of its write-back
+/// (see `Storage::create_bulk_segment`).
+pub type StepHook = Arc<dyn Fn() + Send + Sync>;
+
 /// Where durable bytes live. Every implementation must make these promises:
 ///
 /// - `create_segment` returns only when the new, empty segment's *existence* is
@@ -57,10 +61,16 @@ pub trait Storage: Send + Sync + Debug {
     /// Creates a new empty segment for bulk data: written in large appends
     /// and synced rarely (the page log's). Same promises as
     /// `create_segment`; a backend may write each append back to the media
-    /// before it returns, so that a sync never finds a burst of them queued
-    /// in front of another segment's. When to append (how fast bulk data
-    /// goes out beside commits) is the caller's decision, not the backend's.
-    fn create_bulk_segment(&self, id: SegmentId) -> Result<Box<dyn SegmentWriter>, IoError> {
+    /// in small steps before it returns, so that a sync never finds a burst
+    /// of them queued in front of another segment's, and then calls
+    /// `after_step` after each step: the caller's chance to make way for
+    /// other writes. Whether to wait there is the caller's decision, not
+    /// the backend's.
+    fn create_bulk_segment(
+        &self,
+        id: SegmentId,
+        _after_step: StepHook,
+    ) -> Result<Box<dyn SegmentWriter>, IoError> {
         self.create_segment(id)
     }
     /// Opens an existing segment for positioned reads.

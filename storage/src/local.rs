@@ -6,7 +6,7 @@
 
 use crate::{
     parse_segment_file_name, segment_file_name, IoError, SegmentId, SegmentReader, SegmentWriter,
-    Storage,
+    StepHook, Storage,
 };
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -171,7 +171,7 @@ impl LocalDir {
     fn create(
         &self,
         id: SegmentId,
-        writeback: Option<u64>,
+        writeback: Option<(u64, StepHook)>,
     ) -> Result<Box<dyn SegmentWriter>, IoError> {
         let name = segment_file_name(id);
         let shown = self.shown(&name);
@@ -251,8 +251,12 @@ impl Storage for LocalDir {
         self.create(id, None)
     }
 
-    fn create_bulk_segment(&self, id: SegmentId) -> Result<Box<dyn SegmentWriter>, IoError> {
-        self.create(id, Some(WRITEBACK_STEP))
+    fn create_bulk_segment(
+        &self,
+        id: SegmentId,
+        after_step: StepHook,
+    ) -> Result<Box<dyn SegmentWriter>, IoError> {
+        self.create(id, Some((WRITEBACK_STEP, after_step)))
     }
 
     fn open_segment(&self, id: SegmentId) -> Result<Arc<dyn SegmentReader>, IoError> {
@@ -348,7 +352,8 @@ struct LocalWriter {
     /// the page cache holds a checkpoint's pages until its final fdatasync
     /// sends them all at once, and a commit's fdatasync that arrives then
     /// queues behind tens of megabytes.
-    writeback: Option<u64>,
+    /// The caller's hook, called after each step.
+    writeback: Option<(u64, StepHook)>,
     /// Bytes before this offset have been written back.
     written_back: u64,
 
@@ -373,15 +378,17 @@ impl LocalWriter {
 
     /// Writes back every whole step of appended bytes up to `end`.
     fn write_back(&mut self, end: u64) -> Result<(), IoError> {
-        let Some(step) = self.writeback else {
+        let Some((step, after_step)) = &self.writeback else {
             return Ok(());
         };
+        let step = *step;
         while end - self.written_back >= step {
             if let Err(e) = write_back_range(&self.file, self.written_back, step) {
                 self.failed = Some(e.kind());
                 return Err(IoError::new("write back", &self.name, e));
             }
             self.written_back += step;
+            after_step();
         }
         Ok(())
     }
@@ -564,7 +571,7 @@ mod tests {
         // whatever the steps, the bytes read back are the ones appended.
         let tmp = tempfile::tempdir().unwrap();
         let s = LocalDir::open(tmp.path()).unwrap();
-        let mut w = s.create_bulk_segment(1).unwrap();
+        let mut w = s.create_bulk_segment(1, Arc::new(|| {})).unwrap();
         w.append(b"header").unwrap();
         w.sync().unwrap();
         let data: Vec<u8> = (0..(3 * WRITEBACK_STEP + 100))
@@ -589,7 +596,7 @@ mod tests {
         // reporting it, or a later fdatasync could succeed over lost bytes.
         let tmp = tempfile::tempdir().unwrap();
         let s = LocalDir::open(tmp.path()).unwrap();
-        drop(s.create_bulk_segment(1).unwrap());
+        drop(s.create_bulk_segment(1, Arc::new(|| {})).unwrap());
         let file = OpenOptions::new()
             .write(true)
             .open(tmp.path().join(segment_file_name(1)))
@@ -599,7 +606,7 @@ mod tests {
             name: "test".into(),
             len: 0,
             sized: 0,
-            writeback: Some(WRITEBACK_STEP),
+            writeback: Some((WRITEBACK_STEP, Arc::new(|| {}))),
             written_back: 0,
             failed: Some(io::ErrorKind::Other),
         };
@@ -614,7 +621,7 @@ mod tests {
     fn a_deleted_segment_is_gone_even_while_a_reader_holds_it() {
         let tmp = tempfile::tempdir().unwrap();
         let s = LocalDir::open(tmp.path()).unwrap();
-        let mut w = s.create_bulk_segment(4).unwrap();
+        let mut w = s.create_bulk_segment(4, Arc::new(|| {})).unwrap();
         w.append(b"header").unwrap();
         w.append(&vec![7u8; (3 * RELEASE_STEP + 5) as usize])
             .unwrap();
