@@ -23,6 +23,9 @@ ORDER = [
     "random_mixed",
     "range_scan",
     "hotspot_read",
+    "zipfian_read",
+    "zipfian_update",
+    "short_scan",
     "single_put",
     "concurrent_put_1",
     "concurrent_put_2",
@@ -33,6 +36,7 @@ ORDER = [
     "space_steady",
     "recovery",
 ]
+failures = []  # records of stores that stopped early ("failed")
 STORES = ["kivi", "kivi-nocleaner", "lmdb", "rocksdb", "leveldb", "redb", "fjall", "machine"]
 
 
@@ -46,6 +50,8 @@ def headline(r):
         return r["bytes_per_pair"], False, "B/pair"
     if r["workload"] in ("single_put", "fdatasync"):
         return r.get("p50_us"), False, "µs p50"
+    if r.get("failure") is not None:
+        return None, True, "ops/s"
     return r.get("ops_per_sec"), True, "ops/s"
 
 
@@ -68,11 +74,15 @@ def fmt(v, unit):
 def load(paths):
     rows = defaultdict(list)  # workload -> records
     n = None
+    failures.clear()
     for path in paths:
         with open(path) as f:
             for line in f:
                 r = json.loads(line)
                 n = r["n"]
+                if r["workload"] == "failed":
+                    failures.append(r)
+                    continue
                 rows[r["workload"]].append(r)
     return rows, n
 
@@ -124,6 +134,41 @@ def main():
             v, _, unit = headline(r)
             per[r["store"]].append(fmt(v, unit))
         print(f"| {w} | " + " | ".join(", ".join(per.get(s, [])) for s in stores) + " |")
+
+    io_table(rows, stores)
+    for r in failures:
+        print(f"\n{r['store']}, round {r['round']}: {r['failure']}")
+
+
+def io_table(rows, stores):
+    """With --memory-limit: each store's peak memory (its cgroup: process and
+    page cache) and device bytes read / written per operation, from the round
+    the first table shows."""
+    records = [r for rs in rows.values() for r in rs]
+    limited = [r for r in records if r.get("memory_limit_bytes")]
+    if not limited:
+        return
+    limit = limited[0]["memory_limit_bytes"] >> 20
+    print(f"\nIn a memory cgroup of {limit} MiB: peak memory of the cgroup (MiB), then device "
+          "bytes read / written per operation, from the round above:\n")
+    print("| workload | " + " | ".join(stores) + " |")
+    print("|---|" + "---|" * len(stores))
+    for w in [w for w in ORDER if w in rows] + sorted(set(rows) - set(ORDER)):
+        cells = []
+        for s in stores:
+            mine = [r for r in rows[w] if r["store"] == s and r.get("peak_memory_bytes")]
+            best = best_of(mine).get(s)
+            pick = next((r for r in mine if best and headline(r)[0] == best[0]), None)
+            if pick is None:
+                cells.append("")
+                continue
+            cell = f"{pick['peak_memory_bytes'] >> 20}"
+            if pick.get("device_read_per_op") is not None:
+                cell += f" · {pick['device_read_per_op']:.0f} / {pick['device_written_per_op']:.0f} B"
+            cells.append(cell)
+        if any(cells):
+            print(f"| {w} | " + " | ".join(cells) + " |")
+
 
 
 if __name__ == "__main__":

@@ -8,9 +8,11 @@
 //! workload 1, run untimed if not selected). Results go to a table with
 //! each store's figure and its ratio to kivi, and to JSON lines.
 
+pub mod cgroup;
 pub mod kv40;
 pub mod kvlds_client;
 pub mod kvlds_workload;
+mod limited;
 pub mod measure;
 pub mod mkpairs;
 mod report;
@@ -20,21 +22,22 @@ mod syncs;
 pub mod tables;
 pub mod workloads;
 
+pub use limited::store_child;
 pub use syncs::sync_child;
 
 use measure::{disk_bytes, peak_rss, reset_peak_rss, Figure};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::fs;
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use stores::{Kind, Store, StoreError};
+use stores::{Kind, Settings, Store, StoreError};
 
 /// What to run.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Config {
     pub stores: Vec<String>,
-    /// Workload numbers, 1 to 10.
+    /// Workload numbers, 1 to [`WORKLOADS`].
     pub workloads: Vec<u32>,
     pub n: u64,
     pub rounds: u32,
@@ -43,13 +46,28 @@ pub struct Config {
     pub json: Option<PathBuf>,
     /// Workload 9's long random-update run, in multiples of n.
     pub steady_updates: u64,
-    /// The program to run as a child for workload 10 and the sync check
-    /// (normally the running `kivi` binary).
+    /// The program to run as a child for workload 10, the sync check and
+    /// `memory_limit` (normally the running `kivi` binary).
     pub program: PathBuf,
+    /// Run each store in a child process inside a memory cgroup of this
+    /// many bytes (page cache included), each store's own caches given
+    /// kivi's default share of it ([`stores::Settings`]).
+    pub memory_limit: Option<u64>,
+    /// Operations of each timed workload after the load, where fewer than
+    /// n are wanted (a 100M-pair store read 5M times); n if unset.
+    pub ops: Option<u64>,
 }
 
-/// One figure, as written to the JSON lines.
-#[derive(Debug, Clone, Serialize)]
+impl Config {
+    /// Operations of a timed workload after the load.
+    pub fn ops(&self) -> u64 {
+        self.ops.map_or(self.n, |o| o.min(self.n))
+    }
+}
+
+/// One figure, as written to the JSON lines (and passed from a store's
+/// child process to the suite under `--memory-limit`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Record {
     pub store: String,
     pub workload: String,
@@ -59,8 +77,28 @@ pub struct Record {
     pub cpu_us_per_op: Option<f64>,
     pub p50_us: Option<f64>,
     pub p99_us: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub p999_us: Option<f64>,
     pub bytes_per_pair: Option<f64>,
     pub peak_rss_bytes: Option<u64>,
+    /// Bytes the store made the kernel read from and write to the devices,
+    /// per operation of the workload (`/proc/self/io`; background threads
+    /// included, a write counted when its page is dirtied).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device_read_per_op: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device_written_per_op: Option<f64>,
+    /// `--memory-limit`: the limit of the store's cgroup, and the most the
+    /// cgroup held (process memory and page cache together) from the
+    /// store's start to the end of this workload.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_limit_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peak_memory_bytes: Option<u64>,
+    /// Why the store stopped before its workloads were done (workload
+    /// "failed"): killed for want of memory, or its error.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failure: Option<String>,
     /// Workload 10: seconds from open to the first checked read.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reopen_seconds: Option<f64>,
@@ -104,8 +142,14 @@ impl Record {
             cpu_us_per_op: None,
             p50_us: None,
             p99_us: None,
+            p999_us: None,
             bytes_per_pair: None,
             peak_rss_bytes: None,
+            device_read_per_op: None,
+            device_written_per_op: None,
+            memory_limit_bytes: None,
+            peak_memory_bytes: None,
+            failure: None,
             reopen_seconds: None,
             syncs_per_commit: None,
             space_samples: None,
@@ -124,7 +168,10 @@ impl Record {
             cpu_us_per_op: Some(f.cpu_us_per_op()),
             p50_us: f.p50_us,
             p99_us: f.p99_us,
+            p999_us: f.p999_us,
             peak_rss_bytes: peak_rss(),
+            device_read_per_op: Some(f.device_read as f64 / f.ops.max(1) as f64),
+            device_written_per_op: Some(f.device_written as f64 / f.ops.max(1) as f64),
             ..Record::new(store, f.workload, n, round)
         }
     }
@@ -152,6 +199,8 @@ fn io_err(what: impl std::fmt::Display, e: std::io::Error) -> BenchError {
     BenchError(format!("{what}: {e}"))
 }
 
+/// The embedded workloads are numbered 1 to this.
+pub const WORKLOADS: u32 = 13;
 /// Workloads 8 run with these thread counts.
 pub const THREAD_COUNTS: [u64; 4] = [1, 2, 8, 64];
 /// Left in the bench directory so a later run knows it may delete it.
@@ -180,9 +229,9 @@ pub fn run(cfg: &Config, out: &mut dyn Write) -> Result<Vec<Record>, BenchError>
             })
         })
         .collect::<Result<_, _>>()?;
-    if let Some(w) = cfg.workloads.iter().find(|w| !(1..=10).contains(*w)) {
+    if let Some(w) = cfg.workloads.iter().find(|w| !(1..=WORKLOADS).contains(*w)) {
         return Err(BenchError(format!(
-            "no workload {w}; they are numbered 1 to 10"
+            "no workload {w}; they are numbered 1 to {WORKLOADS}"
         )));
     }
     prepare_dir(&cfg.dir)?;
@@ -193,28 +242,34 @@ pub fn run(cfg: &Config, out: &mut dyn Write) -> Result<Vec<Record>, BenchError>
         None => None,
     };
     let mut records = Vec::new();
-    let mut emit = |out: &mut dyn Write, r: Record| -> Result<(), BenchError> {
-        if let Some(f) = json.as_mut() {
-            let line = serde_json::to_string(&r).expect("records serialize");
-            writeln!(f, "{line}").map_err(|e| io_err("write JSON", e))?;
-        }
-        writeln!(out, "{}", report::line(&r)).map_err(|e| io_err("write output", e))?;
-        records.push(r);
-        Ok(())
-    };
     writeln!(out, "{}", report::header(cfg, &kinds)).map_err(|e| io_err("write output", e))?;
-
-    for r in syncs::check(cfg, &kinds, out)? {
-        emit(out, r)?;
-    }
-    for round in 1..=cfg.rounds {
-        emit(out, fdatasync_probe(&cfg.dir, cfg.n, round)?)?;
-        for kind in &kinds {
-            let dir = cfg.dir.join(format!("round{round}-{}", kind.name));
-            for r in run_store(cfg, kind, &dir, round)? {
-                emit(out, r)?;
+    let sync_check = syncs::check(cfg, &kinds, out)?;
+    {
+        let mut emit = |r: Record| -> Result<(), BenchError> {
+            if let Some(f) = json.as_mut() {
+                let line = serde_json::to_string(&r).expect("records serialize");
+                writeln!(f, "{line}").map_err(|e| io_err("write JSON", e))?;
             }
-            fs::remove_dir_all(&dir).map_err(|e| io_err(format!("delete {}", dir.display()), e))?;
+            writeln!(out, "{}", report::line(&r)).map_err(|e| io_err("write output", e))?;
+            records.push(r);
+            Ok(())
+        };
+        for r in sync_check {
+            emit(r)?;
+        }
+        for round in 1..=cfg.rounds {
+            emit(fdatasync_probe(&cfg.dir, cfg.n, round)?)?;
+            for kind in &kinds {
+                let dir = cfg.dir.join(format!("round{round}-{}", kind.name));
+                match cfg.memory_limit {
+                    None => run_store(cfg, kind, &dir, round, &Settings::default(), &mut emit)?,
+                    Some(limit) => limited::run_store(cfg, kind, &dir, round, limit, &mut emit)?,
+                }
+                if dir.exists() {
+                    fs::remove_dir_all(&dir)
+                        .map_err(|e| io_err(format!("delete {}", dir.display()), e))?;
+                }
+            }
         }
     }
     write!(out, "{}", report::tables(cfg, &records)).map_err(|e| io_err("write output", e))?;
@@ -266,59 +321,85 @@ fn space(
     })
 }
 
-/// All selected workloads on one store in `dir`, in order.
-fn run_store(cfg: &Config, kind: &Kind, dir: &Path, round: u32) -> Result<Vec<Record>, BenchError> {
-    let (n, name) = (cfg.n, kind.name);
-    let mut out = Vec::new();
+/// All selected workloads on one store in `dir`, in order, each figure
+/// handed to `emit` as it is measured.
+pub(crate) fn run_store(
+    cfg: &Config,
+    kind: &Kind,
+    dir: &Path,
+    round: u32,
+    settings: &Settings,
+    emit: &mut dyn FnMut(Record) -> Result<(), BenchError>,
+) -> Result<(), BenchError> {
+    let (n, ops, name) = (cfg.n, cfg.ops(), kind.name);
     reset_peak_rss();
-    let store = (kind.open)(dir)?;
+    let store = (kind.open)(dir, settings)?;
     let s: &dyn Store = store.as_ref();
     let load = timed(name, "1 bulk insert", n, |t| {
         workloads::bulk_insert(s, n, t)
     })?;
     if wants(cfg, 1) {
-        out.push(Record::of(name, &load, n, round));
+        emit(Record::of(name, &load, n, round))?;
     }
     if wants(cfg, 9) {
-        out.push(space(s, dir, name, "space_after_load", n, round)?);
+        emit(space(s, dir, name, "space_after_load", n, round)?)?;
     }
     if wants(cfg, 2) {
-        let f = timed(name, "2 random read", n, |t| {
-            workloads::random_read(s, n, t)
+        let f = timed(name, "2 random read", ops, |t| {
+            workloads::random_read(s, n, ops, t)
         })?;
-        out.push(Record::of(name, &f, n, round));
+        emit(Record::of(name, &f, n, round))?;
     }
     if wants(cfg, 3) {
-        let f = timed(name, "3 random update", n, |t| {
-            workloads::random_update(s, n, 0x5eed_0003, t)
+        let f = timed(name, "3 random update", ops, |t| {
+            workloads::updates(s, n, ops, 0x5eed_0003, 1, t)
         })?;
-        out.push(Record::of(name, &f, n, round));
+        emit(Record::of(name, &f, n, round))?;
     }
     if wants(cfg, 4) {
-        let f = timed(name, "4 random mixed", n, |t| {
-            workloads::random_mixed(s, n, t)
+        let f = timed(name, "4 random mixed", ops, |t| {
+            workloads::random_mixed(s, n, ops, t)
         })?;
-        out.push(Record::of(name, &f, n, round));
+        emit(Record::of(name, &f, n, round))?;
     }
     // "After 3 and 4" means nothing when neither ran.
     if wants(cfg, 9) && (wants(cfg, 3) || wants(cfg, 4)) {
-        out.push(space(s, dir, name, "space_after_updates", n, round)?);
+        emit(space(s, dir, name, "space_after_updates", n, round)?)?;
     }
     if wants(cfg, 5) {
         let f = timed(name, "5 range scan", n, |t| workloads::range_scan(s, n, t))?;
-        out.push(Record::of(name, &f, n, round));
+        emit(Record::of(name, &f, n, round))?;
     }
     if wants(cfg, 6) {
-        let f = timed(name, "6 hot-spot read", n, |t| {
-            workloads::hotspot_read(s, n, t)
+        let f = timed(name, "6 hot-spot read", ops, |t| {
+            workloads::hotspot_read(s, n, ops, t)
         })?;
-        out.push(Record::of(name, &f, n, round));
+        emit(Record::of(name, &f, n, round))?;
+    }
+    if wants(cfg, 11) {
+        let f = timed(name, "11 Zipfian read", ops, |t| {
+            workloads::zipfian_read(s, n, ops, t)
+        })?;
+        emit(Record::of(name, &f, n, round))?;
+    }
+    if wants(cfg, 12) {
+        let f = timed(name, "12 Zipfian update", ops, |t| {
+            workloads::zipfian_update(s, n, ops, t)
+        })?;
+        emit(Record::of(name, &f, n, round))?;
+    }
+    if wants(cfg, 13) {
+        let scans = workloads::short_scan_count(ops);
+        let f = timed(name, "13 short scans", scans, |t| {
+            workloads::short_scans(s, n, scans, t)
+        })?;
+        emit(Record::of(name, &f, n, round))?;
     }
     if wants(cfg, 7) {
         let f = timed(name, "7 single put", workloads::SINGLE_PUTS, |t| {
             workloads::single_put(s, n, t)
         })?;
-        out.push(Record::of(name, &f, n, round));
+        emit(Record::of(name, &f, n, round))?;
     }
     if wants(cfg, 8) {
         for threads in THREAD_COUNTS {
@@ -328,60 +409,79 @@ fn run_store(cfg: &Config, kind: &Kind, dir: &Path, round: u32) -> Result<Vec<Re
             let f = timed(name, &label, total, |t| {
                 workloads::concurrent_put(s, n, threads, total, t)
             })?;
-            out.push(Record::of(name, &f, n, round));
+            emit(Record::of(name, &f, n, round))?;
         }
     }
     if wants(cfg, 9) {
-        let updates = cfg.steady_updates * n;
-        let chunk = (updates / STEADY_SAMPLES).max(1);
-        let mut samples = Vec::new();
-        let mut amplification = Vec::new();
-        let started = Instant::now();
-        let cpu = measure::process_cpu();
-        timed(
-            name,
-            "9 long random-update run",
-            updates,
-            |t| -> Result<(), BenchError> {
-                let mut done = 0;
-                let mut seed = 0x5eed_0009;
-                while done < updates {
-                    let count = chunk.min(updates - done);
-                    workloads::updates(s, n, count, seed, 1 + n + done, t)?;
-                    done += count;
-                    seed += 1;
-                    let bytes = disk_bytes(dir)
-                        .map_err(|e| io_err(format!("measure {}", dir.display()), e))?;
-                    samples.push((done, bytes as f64 / n as f64));
-                    if let Some(live) = s.live_bytes().filter(|&l| l > 0) {
-                        amplification.push((done, bytes as f64 / live as f64));
-                    }
-                }
-                Ok(())
-            },
-        )?;
-        // The rate of the whole run, sampling included (a directory listing
-        // per sample).
-        let secs = started.elapsed().as_secs_f64();
-        let cpu_secs = (measure::process_cpu() - cpu).as_secs_f64();
-        let mut steady = space(s, dir, name, "space_steady", n, round)?;
-        steady.ops_per_sec = Some(updates as f64 / secs);
-        steady.cpu_us_per_op = Some(cpu_secs * 1e6 / updates as f64);
-        steady.peak_rss_bytes = peak_rss();
-        steady.space_samples = Some(samples);
-        steady.amplification_samples = (!amplification.is_empty()).then_some(amplification);
-        out.push(steady);
+        emit(steady_space(cfg, s, dir, name, round)?)?;
     }
     drop(store);
     if wants(cfg, 10) {
-        out.push(recovery(cfg, kind, dir, round)?);
+        emit(recovery(cfg, kind, dir, round, settings)?)?;
     }
-    Ok(out)
+    Ok(())
+}
+
+/// 9's long run: random updates of `steady_updates` × n pairs, bytes on
+/// disk sampled as it goes.
+fn steady_space(
+    cfg: &Config,
+    s: &dyn Store,
+    dir: &Path,
+    name: &str,
+    round: u32,
+) -> Result<Record, BenchError> {
+    let n = cfg.n;
+    let updates = cfg.steady_updates * n;
+    let chunk = (updates / STEADY_SAMPLES).max(1);
+    let mut samples = Vec::new();
+    let mut amplification = Vec::new();
+    let started = Instant::now();
+    let cpu = measure::process_cpu();
+    timed(
+        name,
+        "9 long random-update run",
+        updates,
+        |t| -> Result<(), BenchError> {
+            let mut done = 0;
+            let mut seed = 0x5eed_0009;
+            while done < updates {
+                let count = chunk.min(updates - done);
+                workloads::updates(s, n, count, seed, 1 + n + done, t)?;
+                done += count;
+                seed += 1;
+                let bytes =
+                    disk_bytes(dir).map_err(|e| io_err(format!("measure {}", dir.display()), e))?;
+                samples.push((done, bytes as f64 / n as f64));
+                if let Some(live) = s.live_bytes().filter(|&l| l > 0) {
+                    amplification.push((done, bytes as f64 / live as f64));
+                }
+            }
+            Ok(())
+        },
+    )?;
+    // The rate of the whole run, sampling included (a directory listing
+    // per sample).
+    let secs = started.elapsed().as_secs_f64();
+    let cpu_secs = (measure::process_cpu() - cpu).as_secs_f64();
+    let mut steady = space(s, dir, name, "space_steady", n, round)?;
+    steady.ops_per_sec = Some(updates as f64 / secs);
+    steady.cpu_us_per_op = Some(cpu_secs * 1e6 / updates as f64);
+    steady.peak_rss_bytes = peak_rss();
+    steady.space_samples = Some(samples);
+    steady.amplification_samples = (!amplification.is_empty()).then_some(amplification);
+    Ok(steady)
 }
 
 /// 10: kill -9 a child process in the middle of random updates on the
 /// store in `dir`, then time opening it and one checked read.
-fn recovery(cfg: &Config, kind: &Kind, dir: &Path, round: u32) -> Result<Record, BenchError> {
+fn recovery(
+    cfg: &Config,
+    kind: &Kind,
+    dir: &Path,
+    round: u32,
+    settings: &Settings,
+) -> Result<Record, BenchError> {
     let mut child = std::process::Command::new(&cfg.program)
         .args(["bench", "--internal-update-child", kind.name])
         .arg(dir)
@@ -409,7 +509,7 @@ fn recovery(cfg: &Config, kind: &Kind, dir: &Path, round: u32) -> Result<Record,
         .wait()
         .map_err(|e| io_err("reap the update child", e))?;
     let t = Instant::now();
-    let store = (kind.open)(dir)?;
+    let store = (kind.open)(dir, settings)?;
     let mut value = Vec::new();
     let found = store.get(&kv40::key(0), &mut value)?;
     let seconds = t.elapsed().as_secs_f64();
@@ -429,12 +529,12 @@ fn recovery(cfg: &Config, kind: &Kind, dir: &Path, round: u32) -> Result<Record,
 /// is killed. Prints "updating" once it has started.
 pub fn update_child(store: &str, dir: &Path, n: u64) -> Result<(), BenchError> {
     let kind = stores::kind(store).ok_or_else(|| BenchError(format!("unknown store {store}")))?;
-    let s = (kind.open)(dir)?;
+    let s = (kind.open)(dir, &Settings::default())?;
     println!("updating");
     std::io::stdout().flush().map_err(|e| io_err("write", e))?;
     let mut seed = 0x5eed_0010;
     loop {
-        workloads::random_update(s.as_ref(), n, seed, &|_| ())?;
+        workloads::updates(s.as_ref(), n, n, seed, 1, &|_| ())?;
         seed += 1;
     }
 }

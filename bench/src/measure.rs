@@ -19,10 +19,29 @@ pub fn process_cpu() -> Duration {
     tv(usage.ru_utime) + tv(usage.ru_stime)
 }
 
+/// Bytes this process made the kernel read from and write to the devices
+/// (`/proc/self/io`: `read_bytes`, and `write_bytes` less
+/// `cancelled_write_bytes`; every thread counts, and a write counts when
+/// the page is dirtied), or zeros where the kernel does not say.
+pub fn device_io() -> (u64, u64) {
+    let Ok(text) = std::fs::read_to_string("/proc/self/io") else {
+        return (0, 0);
+    };
+    let field = |name: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    let written = field("write_bytes:").saturating_sub(field("cancelled_write_bytes:"));
+    (field("read_bytes:"), written)
+}
+
 /// Started at the beginning of a measured phase.
 pub struct Meter {
     wall: Instant,
     cpu: Duration,
+    io: (u64, u64),
 }
 
 /// What one phase measured.
@@ -35,7 +54,11 @@ pub struct Figure {
     pub cpu: Duration,
     pub p50_us: Option<f64>,
     pub p99_us: Option<f64>,
+    pub p999_us: Option<f64>,
     pub bytes_per_pair: Option<f64>,
+    /// Bytes read from and written to the devices during the phase.
+    pub device_read: u64,
+    pub device_written: u64,
 }
 
 impl Figure {
@@ -51,6 +74,7 @@ impl Figure {
         nanos.sort_unstable();
         self.p50_us = percentile(&nanos, 50.0);
         self.p99_us = percentile(&nanos, 99.0);
+        self.p999_us = percentile(&nanos, 99.9);
         self
     }
 }
@@ -59,12 +83,14 @@ impl Meter {
     pub fn start() -> Meter {
         Meter {
             cpu: process_cpu(),
+            io: device_io(),
             wall: Instant::now(),
         }
     }
 
     pub fn finish(self, workload: &'static str, label: &'static str, ops: u64) -> Figure {
         let wall = self.wall.elapsed();
+        let (read, written) = device_io();
         Figure {
             workload,
             label,
@@ -73,7 +99,10 @@ impl Meter {
             cpu: process_cpu().saturating_sub(self.cpu),
             p50_us: None,
             p99_us: None,
+            p999_us: None,
             bytes_per_pair: None,
+            device_read: read.saturating_sub(self.io.0),
+            device_written: written.saturating_sub(self.io.1),
         }
     }
 }

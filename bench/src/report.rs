@@ -30,12 +30,30 @@ pub fn header(cfg: &Config, kinds: &[Kind]) -> String {
     for k in kinds {
         let _ = writeln!(s, "  {:8} {} — {}", k.name, k.library, k.durability);
     }
+    if let Some(limit) = cfg.memory_limit {
+        let _ = writeln!(
+            s,
+            "  each store in its own memory cgroup of {} MiB (page cache counted), \
+             its own cache the size kivi picks by default for that limit",
+            limit >> 20
+        );
+    }
+    if cfg.ops.is_some() {
+        let _ = writeln!(
+            s,
+            "  timed workloads after the load: {} operations each",
+            group(cfg.ops() as f64)
+        );
+    }
     s
 }
 
 /// One figure as a progress line.
 pub fn line(r: &Record) -> String {
     let mut s = format!("[round {}] {:8} {:24}", r.round, r.store, r.workload);
+    if let Some(why) = &r.failure {
+        let _ = write!(s, " FAILED: {why}");
+    }
     if let Some(v) = r.ops_per_sec {
         let _ = write!(s, " {:>12} ops/s", group(v));
     }
@@ -56,6 +74,17 @@ pub fn line(r: &Record) -> String {
     }
     if let Some(v) = r.peak_rss_bytes {
         let _ = write!(s, "  peak RSS {} MiB", v >> 20);
+    }
+    if let (Some(peak), Some(limit)) = (r.peak_memory_bytes, r.memory_limit_bytes) {
+        let _ = write!(s, ", cgroup {} of {} MiB", peak >> 20, limit >> 20);
+    }
+    if let (Some(read), Some(written)) = (r.device_read_per_op, r.device_written_per_op) {
+        if read > 0.0 || written > 0.0 {
+            let _ = write!(
+                s,
+                ", device {read:.0} B read, {written:.0} B written per op"
+            );
+        }
     }
     s
 }
@@ -133,6 +162,11 @@ pub fn tables(cfg: &Config, records: &[Record]) -> String {
                 "  {store:8} {:>14} {unit:12} cpu µs/op {cpu:>8}   {ratio}",
                 fmt_value(v)
             );
+        }
+    }
+    for r in records {
+        if let Some(why) = &r.failure {
+            let _ = writeln!(s, "{} failed in round {}: {why}", r.store, r.round);
         }
     }
     s

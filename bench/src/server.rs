@@ -82,7 +82,21 @@ impl KiviServer {
         kvlds: Option<&str>,
         resp: bool,
     ) -> Result<Self, BenchError> {
+        Self::start_in(program, dir, kvlds, resp, None)
+    }
+
+    /// [`start`](Self::start), the server started inside `cgroup` if given.
+    pub fn start_in(
+        program: &Path,
+        dir: &Path,
+        kvlds: Option<&str>,
+        resp: bool,
+        cgroup: Option<&crate::cgroup::MemoryCgroup>,
+    ) -> Result<Self, BenchError> {
         let mut cmd = Command::new(program);
+        if let Some(c) = cgroup {
+            c.run_inside(&mut cmd);
+        }
         cmd.arg("-d").arg(dir).arg("serve");
         if resp {
             cmd.args(["--resp", "127.0.0.1:0"]);
@@ -123,6 +137,11 @@ impl KiviServer {
             }
         }
         Ok(s)
+    }
+
+    /// Whether the server is still running (not exited, not killed).
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
     }
 }
 

@@ -97,7 +97,7 @@ fn parse_calls(summary: &str) -> u64 {
 /// is 1, makes the measured commits.
 pub fn sync_child(store: &str, dir: &Path, commits: u8) -> Result<(), BenchError> {
     let kind = stores::kind(store).ok_or_else(|| BenchError(format!("unknown store {store}")))?;
-    let s = (kind.open)(dir)?;
+    let s = (kind.open)(dir, &stores::Settings::default())?;
     if commits == 1 {
         for i in 0..SINGLE_COMMITS {
             s.put(&kv40::key(i), &kv40::value(i, 1))?;

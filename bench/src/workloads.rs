@@ -14,6 +14,10 @@ pub const BATCH: u64 = 1000;
 pub const SINGLE_PUTS: u64 = 10_000;
 /// Keys in a hot spot of workload 6.
 pub const HOT_SPOT: u64 = 65_536;
+/// The exponent of workloads 11 and 12's Zipfian key choice (YCSB's).
+pub const ZIPF_EXPONENT: f64 = 0.99;
+/// Pairs each scan of workload 13 reads.
+pub const SHORT_SCAN: u64 = 100;
 
 pub type Result<T> = std::result::Result<T, StoreError>;
 
@@ -63,12 +67,12 @@ pub fn bulk_insert(store: &dyn Store, n: u64, tick: &dyn Fn(u64)) -> Result<Figu
     Ok(meter.finish("bulk_insert", "bulk insert", n))
 }
 
-/// 2: n gets of uniformly random present keys.
-pub fn random_read(store: &dyn Store, n: u64, tick: &dyn Fn(u64)) -> Result<Figure> {
+/// 2: `ops` gets of uniformly random keys among the `n` present.
+pub fn random_read(store: &dyn Store, n: u64, ops: u64, tick: &dyn Fn(u64)) -> Result<Figure> {
     let mut rng = Rng::new(0x5eed_0002);
     let mut out = Vec::with_capacity(kv40::VALUE_LEN);
     let meter = Meter::start();
-    for done in 1..=n {
+    for done in 1..=ops {
         let i = rng.below(n);
         let found = store.get(&kv40::key(i), &mut out)?;
         check(i, found, &out)?;
@@ -76,16 +80,12 @@ pub fn random_read(store: &dyn Store, n: u64, tick: &dyn Fn(u64)) -> Result<Figu
             tick(BATCH);
         }
     }
-    Ok(meter.finish("random_read", "random read", n))
+    Ok(meter.finish("random_read", "random read", ops))
 }
 
-/// 3: n puts of random existing keys with new values, 1,000 per durable batch.
-pub fn random_update(store: &dyn Store, n: u64, seed: u64, tick: &dyn Fn(u64)) -> Result<Figure> {
-    updates(store, n, n, seed, 1, tick)
-}
-
-/// `count` puts of random keys among the `n` present, 1,000 per durable
-/// batch, with versions from `first_version` on.
+/// 3 (and 9's long run): `count` puts of random keys among the `n`
+/// present with new values, 1,000 per durable batch, with versions from
+/// `first_version` on.
 pub fn updates(
     store: &dyn Store,
     n: u64,
@@ -108,15 +108,15 @@ pub fn updates(
     Ok(meter.finish("random_update", "random update", count))
 }
 
-/// 4: n operations alternating get and put on random keys; the puts of each
-/// 1,000 operations are one durable batch.
-pub fn random_mixed(store: &dyn Store, n: u64, tick: &dyn Fn(u64)) -> Result<Figure> {
+/// 4: `ops` operations alternating get and put on random keys among the
+/// `n` present; the puts of each 1,000 operations are one durable batch.
+pub fn random_mixed(store: &dyn Store, n: u64, ops: u64, tick: &dyn Fn(u64)) -> Result<Figure> {
     let mut rng = Rng::new(0x5eed_0004);
     let mut out = Vec::with_capacity(kv40::VALUE_LEN);
     let meter = Meter::start();
     let mut done = 0;
-    while done < n {
-        let count = BATCH.min(n - done);
+    while done < ops {
+        let count = BATCH.min(ops - done);
         let mut puts = Vec::with_capacity(count as usize / 2);
         for op in 0..count {
             let i = rng.below(n);
@@ -133,7 +133,7 @@ pub fn random_mixed(store: &dyn Store, n: u64, tick: &dyn Fn(u64)) -> Result<Fig
         done += count;
         tick(count);
     }
-    Ok(meter.finish("random_mixed", "random mixed", n))
+    Ok(meter.finish("random_mixed", "random mixed", ops))
 }
 
 /// 5: one ordered pass over all pairs, checking the order and each value.
@@ -141,7 +141,7 @@ pub fn range_scan(store: &dyn Store, n: u64, tick: &dyn Fn(u64)) -> Result<Figur
     let meter = Meter::start();
     let mut next = 0u64;
     let mut problem = None;
-    store.scan(&mut |key, value| {
+    store.scan(&[], &mut |key, value| {
         let expected = kv40::key(next);
         if key != expected.as_slice() || kv40::index_of(value) != Some(next) {
             problem = Some(format!(
@@ -164,31 +164,130 @@ pub fn range_scan(store: &dyn Store, n: u64, tick: &dyn Fn(u64)) -> Result<Figur
     Ok(meter.finish("range_scan", "range scan", n))
 }
 
-/// 6: every 65,536 gets, a random run of 65,536 consecutive keys, read in
-/// random order.
-pub fn hotspot_read(store: &dyn Store, n: u64, tick: &dyn Fn(u64)) -> Result<Figure> {
+/// 6: `ops` gets; every 65,536, a random run of 65,536 consecutive keys
+/// among the `n` present, read in random order.
+pub fn hotspot_read(store: &dyn Store, n: u64, ops: u64, tick: &dyn Fn(u64)) -> Result<Figure> {
     let mut rng = Rng::new(0x5eed_0006);
     let spot = HOT_SPOT.min(n);
     let mut order: Vec<u64> = (0..spot).collect();
     let mut out = Vec::with_capacity(kv40::VALUE_LEN);
     let meter = Meter::start();
     let mut done = 0;
-    while done < n {
+    while done < ops {
         let start = rng.below(n - spot + 1);
         // A fresh random order of the run (Fisher-Yates).
         for i in (1..order.len()).rev() {
             order.swap(i, rng.below(i as u64 + 1) as usize);
         }
-        for &offset in order.iter().take((n - done) as usize) {
+        for &offset in order.iter().take((ops - done) as usize) {
             let i = start + offset;
             let found = store.get(&kv40::key(i), &mut out)?;
             check(i, found, &out)?;
         }
-        let count = spot.min(n - done);
+        let count = spot.min(ops - done);
         done += count;
         tick(count);
     }
-    Ok(meter.finish("hotspot_read", "hot-spot read", n))
+    Ok(meter.finish("hotspot_read", "hot-spot read", ops))
+}
+
+/// `count` key indices among `n`, their ranks Zipf-distributed and then
+/// scattered over the key space by a hash (YCSB's "scrambled Zipfian"), so
+/// that the hot keys are a real hot set but not neighbours on one page.
+/// Drawn before the timing starts.
+pub fn zipfian_keys(n: u64, count: u64, seed: u64) -> Vec<u64> {
+    use rand::SeedableRng;
+    use rand_distr::Distribution;
+    let zipf = rand_distr::Zipf::new(n, ZIPF_EXPONENT).expect("n >= 1, exponent > 0");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    (0..count)
+        .map(|_| kv40::mix(zipf.sample(&mut rng) as u64) % n)
+        .collect()
+}
+
+/// 11: `ops` gets of Zipfian keys among the `n` present, every value
+/// checked, each timed (p50, p99, p99.9).
+pub fn zipfian_read(store: &dyn Store, n: u64, ops: u64, tick: &dyn Fn(u64)) -> Result<Figure> {
+    let keys = zipfian_keys(n, ops, 0x5eed_0011);
+    let mut out = Vec::with_capacity(kv40::VALUE_LEN);
+    let mut latencies = Vec::with_capacity(keys.len());
+    let meter = Meter::start();
+    for (done, &i) in (1u64..).zip(&keys) {
+        let t = Instant::now();
+        let found = store.get(&kv40::key(i), &mut out)?;
+        latencies.push(nanos_since(t));
+        check(i, found, &out)?;
+        if done.is_multiple_of(BATCH) {
+            tick(BATCH);
+        }
+    }
+    Ok(meter
+        .finish("zipfian_read", "Zipfian read", ops)
+        .with_latencies(latencies))
+}
+
+/// 12: puts of Zipfian keys among the `n` present with new values, drawn
+/// 1,000 at a time; each 1,000 is one durable batch holding each key once
+/// (a hot key drawn twice is written once), and the figure counts the
+/// pairs written.
+pub fn zipfian_update(store: &dyn Store, n: u64, ops: u64, tick: &dyn Fn(u64)) -> Result<Figure> {
+    let keys = zipfian_keys(n, ops, 0x5eed_0012);
+    let meter = Meter::start();
+    let mut written = 0;
+    for (b, chunk) in (0u64..).zip(keys.chunks(BATCH as usize)) {
+        let mut batch = chunk.to_vec();
+        batch.sort_unstable();
+        batch.dedup();
+        written += batch.len() as u64;
+        write_pairs(store, batch.into_iter(), |i| {
+            (3 << 40) | (b << 20) | (i & 0xfffff)
+        })?;
+        tick(chunk.len() as u64);
+    }
+    Ok(meter.finish("zipfian_update", "Zipfian update", written))
+}
+
+/// Scans workload 13 makes for `ops` operations: one per 100 pairs read.
+pub fn short_scan_count(ops: u64) -> u64 {
+    (ops / SHORT_SCAN).max(1)
+}
+
+/// 13: `scans` scans of 100 consecutive pairs from random keys among the
+/// `n` present, keys and values checked, each scan timed; the figure counts
+/// scans.
+pub fn short_scans(store: &dyn Store, n: u64, scans: u64, tick: &dyn Fn(u64)) -> Result<Figure> {
+    let mut rng = Rng::new(0x5eed_0013);
+    let len = SHORT_SCAN.min(n);
+    let mut latencies = Vec::with_capacity(scans as usize);
+    let meter = Meter::start();
+    for _ in 0..scans {
+        let start = rng.below(n - len + 1);
+        let mut next = start;
+        let mut problem = None;
+        let t = Instant::now();
+        store.scan(&kv40::key(start), &mut |key, value| {
+            if key != kv40::key(next).as_slice() || kv40::index_of(value) != Some(next) {
+                problem = Some(format!("a scan from key {start} went wrong at key {next}"));
+                return false;
+            }
+            next += 1;
+            next < start + len
+        })?;
+        latencies.push(nanos_since(t));
+        if let Some(p) = problem {
+            return Err(wrong(p));
+        }
+        if next != start + len {
+            return Err(wrong(format!(
+                "a scan from key {start} returned {} of {len} pairs",
+                next - start
+            )));
+        }
+        tick(1);
+    }
+    Ok(meter
+        .finish("short_scan", "short scans", scans)
+        .with_latencies(latencies))
 }
 
 /// 7: 10,000 random puts, each its own durable commit, timed one by one.

@@ -3,7 +3,7 @@
 //! test names one behaviour and fails if it is broken.
 #![cfg(feature = "peers")]
 
-use kivi_bench::stores::{kind, Store};
+use kivi_bench::stores::{kind, Settings, Store};
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -11,7 +11,8 @@ type Pairs = BTreeMap<Vec<u8>, Vec<u8>>;
 
 fn open(name: &str, dir: &Path) -> Box<dyn Store> {
     let k = kind(name).unwrap_or_else(|| panic!("no store called {name}"));
-    (k.open)(dir).unwrap_or_else(|e| panic!("opening {name} in {}: {e}", dir.display()))
+    (k.open)(dir, &Settings::default())
+        .unwrap_or_else(|e| panic!("opening {name} in {}: {e}", dir.display()))
 }
 
 /// A kv40-like key: the index big-endian (so key order is index order),
@@ -42,7 +43,7 @@ fn get(store: &dyn Store, k: &[u8]) -> Option<Vec<u8>> {
 fn scan_all(store: &dyn Store) -> Vec<(Vec<u8>, Vec<u8>)> {
     let mut seen = Vec::new();
     store
-        .scan(&mut |k, v| {
+        .scan(&[], &mut |k, v| {
             seen.push((k.to_vec(), v.to_vec()));
             true
         })
@@ -217,7 +218,7 @@ fn scan_stops_when_visit_returns_false(name: &str) {
     for stop_after in [1, 3] {
         let mut seen = Vec::new();
         store
-            .scan(&mut |k, v| {
+            .scan(&[], &mut |k, v| {
                 seen.push((k.to_vec(), v.to_vec()));
                 seen.len() < stop_after
             })
@@ -308,7 +309,7 @@ fn open_errors_carry_the_library_message(name: &str) {
 
     // The directory is locked while a store has it open.
     let first = open(name, dir.path());
-    let e = (kind(name).unwrap().open)(dir.path())
+    let e = (kind(name).unwrap().open)(dir.path(), &Settings::default())
         .err()
         .expect("second open fails");
     assert!(e.0.starts_with(&prefix) && e.0.len() > prefix.len(), "{e}");
@@ -318,7 +319,7 @@ fn open_errors_carry_the_library_message(name: &str) {
     // A regular file where the directory should be.
     let file = dir.path().join("a file");
     std::fs::write(&file, b"x").unwrap();
-    let e = (kind(name).unwrap().open)(&file.join("db"))
+    let e = (kind(name).unwrap().open)(&file.join("db"), &Settings::default())
         .err()
         .expect("open under a file fails");
     assert!(e.0.starts_with(&prefix) && e.0.len() > prefix.len(), "{e}");
@@ -407,4 +408,45 @@ fn leveldb_library_names_the_loaded_version() {
         library.starts_with(&format!("LevelDB {major}.{minor} ")),
         "loaded {major}.{minor}, library says {library:?}"
     );
+}
+
+/// Every store, kivi's included: a scan from a key starts at the first key
+/// at or after it, and a store opened with the suite's cache setting holds
+/// what it was given.
+#[test]
+fn every_store_scans_from_a_key_and_takes_a_cache_size() {
+    for k in kivi_bench::stores::kinds() {
+        let dir = tempfile::tempdir().unwrap();
+        let settings = Settings {
+            cache_bytes: Some(16 << 20),
+        };
+        let store = (k.open)(dir.path(), &settings)
+            .unwrap_or_else(|e| panic!("opening {} with a cache size: {e}", k.name));
+        let want = write_batches(&*store, 100, 50, 0);
+        assert_holds(&*store, &want);
+        let from = |start: &[u8], count: usize| -> Vec<Vec<u8>> {
+            let mut seen = Vec::new();
+            store
+                .scan(start, &mut |key, _| {
+                    seen.push(key.to_vec());
+                    seen.len() < count
+                })
+                .unwrap_or_else(|e| panic!("{}: scan: {e}", k.name));
+            seen
+        };
+        let expect = |range: std::ops::Range<u32>| -> Vec<Vec<u8>> { range.map(key).collect() };
+        assert_eq!(from(&key(37), 5), expect(37..42), "{}: from a key", k.name);
+        // Between two keys: key 37 with a larger last byte sorts before 38.
+        let mut between = key(37);
+        *between.last_mut().unwrap() = 0xff;
+        assert_eq!(
+            from(&between, 2),
+            expect(38..40),
+            "{}: between keys",
+            k.name
+        );
+        assert_eq!(from(&key(99), 10), expect(99..100), "{}: the last", k.name);
+        assert!(from(&key(100), 10).is_empty(), "{}: past the end", k.name);
+        assert_eq!(from(&[], 3), expect(0..3), "{}: from the start", k.name);
+    }
 }

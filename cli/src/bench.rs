@@ -19,8 +19,9 @@ pub struct BenchArgs {
     stores: Vec<String>,
     /// Workloads to run, comma-separated numbers or ranges (see docs/workloads.md):
     /// 1 bulk insert, 2 random read, 3 random update, 4 random mixed, 5 range scan,
-    /// 6 hot-spot read, 7 single put, 8 concurrent put, 9 space, 10 recovery
-    #[arg(long, value_name = "LIST", default_value = "1-10", value_parser = workload_list)]
+    /// 6 hot-spot read, 7 single put, 8 concurrent put, 9 space, 10 recovery,
+    /// 11 Zipfian read, 12 Zipfian update, 13 short scans
+    #[arg(long, value_name = "LIST", default_value = "1-13", value_parser = workload_list)]
     workloads: Workloads,
     /// Pairs in the data set (each workload does about this many operations)
     #[arg(short = 'n', value_name = "N", default_value = "1000000", value_parser = positive)]
@@ -77,16 +78,31 @@ pub struct BenchArgs {
     compression: Vec<kivi::table::Compression>,
     /// With --tables: the index build's memory limit, MiB
     #[arg(long, value_name = "MIB", default_value = "256", value_parser = positive)]
-    memory_limit_mib: u64,
+    index_memory_mib: u64,
     /// With --tables: random gets after each creation
     #[arg(long, value_name = "N", default_value_t = kivi_bench::tables::LOOKUPS, value_parser = positive)]
     lookups: u64,
+    /// Run each store in a child process inside a memory cgroup of SIZE
+    /// (such as 2GiB or 256MiB; needs root), the page cache counted as in a
+    /// container, every store's own cache set to what kivi picks by default
+    /// for SIZE; reports each store's peak memory and the bytes it read and
+    /// wrote at the device per operation
+    #[arg(long, value_name = "SIZE", value_parser = kivi_bench::cgroup::parse_size, conflicts_with_all = ["server", "tables"])]
+    memory_limit: Option<u64>,
+    /// Operations of each timed workload after the load (random read,
+    /// update, mixed and hot-spot read), when fewer than N are wanted, as
+    /// for a 100M-pair store; N by default
+    #[arg(long, value_name = "OPS", value_parser = positive, conflicts_with_all = ["server", "tables"])]
+    ops: Option<u64>,
     /// Length of workload 9's long random-update run, in multiples of N
     #[arg(long, value_name = "K", default_value_t = kivi_bench::STEADY_UPDATES, value_parser = positive)]
     steady_updates: u64,
     /// Internal: the child process of workload 10 (STORE DIR N)
     #[arg(long, hide = true, num_args = 3, value_names = ["STORE", "DIR", "N"])]
     internal_update_child: Option<Vec<String>>,
+    /// Internal: a store's child process under --memory-limit (its job, JSON)
+    #[arg(long, hide = true, value_name = "JOB")]
+    internal_store_child: Option<String>,
     /// Internal: the child process of the durability check (STORE DIR COMMITS)
     #[arg(long, hide = true, num_args = 3, value_names = ["STORE", "DIR", "COMMITS"])]
     internal_sync_child: Option<Vec<String>>,
@@ -99,7 +115,7 @@ struct Workloads(Vec<u32>);
 fn workload_list(s: &str) -> std::result::Result<Workloads, String> {
     let mut out = Vec::new();
     for part in s.split(',').filter(|p| !p.is_empty()) {
-        let bad = || format!("{part:?}: expected workload numbers 1 to 10, like 1-3,7");
+        let bad = || format!("{part:?}: expected workload numbers 1 to 13, like 1-3,7");
         let (a, b) = match part.split_once('-') {
             Some((a, b)) => (
                 a.trim().parse().map_err(|_| bad())?,
@@ -110,7 +126,7 @@ fn workload_list(s: &str) -> std::result::Result<Workloads, String> {
                 (v, v)
             }
         };
-        if a < 1 || b > 10 || a > b {
+        if a < 1 || b > kivi_bench::WORKLOADS || a > b {
             return Err(bad());
         }
         out.extend(a..=b);
@@ -175,6 +191,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             .map_err(|_| CliError::Input("bad COMMITS".into()))?;
         return kivi_bench::sync_child(&a[0], a[1].as_ref(), commits).map_err(bench_err);
     }
+    if let Some(job) = &args.internal_store_child {
+        return kivi_bench::store_child(job).map_err(bench_err);
+    }
     let program = std::env::current_exe().map_err(|e| CliError::io("find the kivi program", e))?;
     if args.server {
         let cfg = kivi_bench::server::Config {
@@ -206,7 +225,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             dir: args.dir.clone(),
             json: args.json.clone(),
             compressions: args.compression.clone(),
-            memory_limit: args.memory_limit_mib << 20,
+            memory_limit: args.index_memory_mib << 20,
             lookups: args.lookups,
         };
         let mut out = std::io::stdout().lock();
@@ -223,6 +242,8 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         json: args.json.clone(),
         steady_updates: args.steady_updates,
         program,
+        memory_limit: args.memory_limit,
+        ops: args.ops,
     };
     let mut out = std::io::stdout().lock();
     kivi_bench::run(&cfg, &mut out)
@@ -241,14 +262,14 @@ mod tests {
         for (bad, part) in [
             ("0", "0"),
             ("3-1", "3-1"),
-            ("11", "11"),
+            ("14", "14"),
             ("x", "x"),
             ("1,2-x", "2-x"),
         ] {
             assert_eq!(
                 workload_list(bad).err().as_deref(),
                 Some(&*format!(
-                    "{part:?}: expected workload numbers 1 to 10, like 1-3,7"
+                    "{part:?}: expected workload numbers 1 to 13, like 1-3,7"
                 )),
                 "{bad}"
             );

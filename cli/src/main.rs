@@ -166,7 +166,7 @@ enum Command {
         not apply."
     )]
     #[cfg(feature = "bench")]
-    Bench(bench::BenchArgs),
+    Bench(Box<bench::BenchArgs>),
     /// Measure kivi and other stores (needs a build with `--features bench`)
     #[cfg(not(feature = "bench"))]
     Bench {

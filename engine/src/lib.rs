@@ -51,7 +51,9 @@ pub use iter::{Iter, Scan, Snapshot};
 /// crate; the `tables` feature, on by default).
 #[cfg(feature = "tables")]
 pub use kivi_tables as table;
-pub use options::{default_cache_bytes, Durability, Options, MIN_DEFAULT_CACHE_BYTES};
+pub use options::{
+    default_cache_bytes, default_write_buffer_bytes, Durability, Options, MIN_DEFAULT_CACHE_BYTES,
+};
 pub use pipeline::WriteOutcome;
 pub use stats::Stats;
 

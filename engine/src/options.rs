@@ -19,11 +19,14 @@ pub struct Options {
     /// Page cache limit in bytes: the cache and the written nodes kept in
     /// the tree share it. Changes not yet checkpointed come on top, bounded
     /// by `write_buffer_bytes` (see ARCHITECTURE.md, Limits). The default
-    /// is an eighth of the memory the process may use (the machine's, or
-    /// its container's limit), and at least 256 MiB: a limit, filled only
-    /// as far as the data read needs.
+    /// ([`default_cache_bytes`]) is an eighth of the memory the process may
+    /// use (the machine's, or its container's limit), at least 256 MiB
+    /// where that is under a quarter of it: a limit, filled only as far as
+    /// the data read needs.
     pub cache_bytes: u64,
-    /// Memory for changes not yet written by a checkpoint (default 64 MiB):
+    /// Memory for changes not yet written by a checkpoint (default
+    /// [`default_write_buffer_bytes`]: 64 MiB, less where the process may
+    /// use under 1 GiB):
     /// a checkpoint starts when they reach it (`Stats::dirty_bytes`). While
     /// one is being written the next changes gather beside it, so about
     /// twice this is held at the peak. Half of it also bounds the write
@@ -57,7 +60,7 @@ impl Default for Options {
         Options {
             durability: Durability::Fsync,
             cache_bytes: default_cache_bytes(),
-            write_buffer_bytes: 64 << 20,
+            write_buffer_bytes: default_write_buffer_bytes(),
             page_size: 4096,
             segment_bytes: 64 << 20,
             checkpoint_bytes: 64 << 20,
@@ -68,11 +71,13 @@ impl Default for Options {
     }
 }
 
-/// The smallest default page cache.
+/// The smallest default page cache where memory allows it (and the cache
+/// when the memory available is unknown).
 pub const MIN_DEFAULT_CACHE_BYTES: u64 = 256 << 20;
 
 /// `Options::cache_bytes` by default: an eighth of the memory this process
-/// may use, at least `MIN_DEFAULT_CACHE_BYTES`.
+/// may use, or `MIN_DEFAULT_CACHE_BYTES` if more, but never over a quarter
+/// of that memory (a 256 MiB container gets 64 MiB).
 ///
 /// Why it scales: a lookup whose leaf is not cached reads its page and
 /// decodes it (about 5 us of CPU), one that is cached walks memory (well
@@ -81,9 +86,25 @@ pub const MIN_DEFAULT_CACHE_BYTES: u64 = 256 << 20;
 /// machine, at a fifth of LMDB's rate there
 /// (docs/decisions/0008-cache-scaled-with-machine-memory.md).
 pub fn default_cache_bytes() -> u64 {
-    crate::machine_memory::available().map_or(MIN_DEFAULT_CACHE_BYTES, |m| {
-        (m / 8).max(MIN_DEFAULT_CACHE_BYTES)
-    })
+    crate::machine_memory::available().map_or(MIN_DEFAULT_CACHE_BYTES, cache_bytes_for)
+}
+
+/// The default cache for `memory` bytes available.
+fn cache_bytes_for(memory: u64) -> u64 {
+    (memory / 8).max(MIN_DEFAULT_CACHE_BYTES.min(memory / 4))
+}
+
+/// `Options::write_buffer_bytes` by default: 64 MiB, or a sixteenth of the
+/// memory this process may use where that is less (at least 1 MiB). The
+/// changes it bounds are held about twice over at the peak (see
+/// `write_buffer_bytes`), so with the default cache the engine's own
+/// memory stays under about half of what it may use.
+pub fn default_write_buffer_bytes() -> u64 {
+    crate::machine_memory::available().map_or(64 << 20, write_buffer_bytes_for)
+}
+
+fn write_buffer_bytes_for(memory: u64) -> u64 {
+    (memory / 16).clamp(1 << 20, 64 << 20)
 }
 
 impl Options {
@@ -108,5 +129,31 @@ impl Options {
             return bad("space_amplification_max must be at least 1.25");
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_fit_the_memory_available() {
+        const MIB: u64 = 1 << 20;
+        // A large machine: an eighth for the cache, the full write buffer.
+        assert_eq!(cache_bytes_for(24 << 30), 3 << 30);
+        assert_eq!(write_buffer_bytes_for(24 << 30), 64 * MIB);
+        // A 2 GiB container: the 256 MiB floor.
+        assert_eq!(cache_bytes_for(2 << 30), 256 * MIB);
+        assert_eq!(write_buffer_bytes_for(2 << 30), 64 * MIB);
+        // Small containers: never past a quarter for the cache, and the
+        // cache plus twice the write buffer under half of the memory.
+        for memory in [64 * MIB, 256 * MIB, 512 * MIB, 1 << 30] {
+            let cache = cache_bytes_for(memory);
+            let buffer = write_buffer_bytes_for(memory);
+            assert!(cache <= memory / 4, "{memory}: cache {cache}");
+            assert!(cache + 2 * buffer <= memory / 2, "{memory}");
+        }
+        assert_eq!(cache_bytes_for(256 * MIB), 64 * MIB);
+        assert_eq!(write_buffer_bytes_for(256 * MIB), 16 * MIB);
     }
 }

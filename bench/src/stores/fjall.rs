@@ -1,7 +1,7 @@
 //! fjall, a pure-Rust LSM-tree store, with every write batch committed with
 //! `PersistMode::SyncData` (fdatasync of its journal before it returns).
 
-use super::{err, Kind, Result, Store};
+use super::{err, Kind, Result, Settings, Store};
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 use std::path::Path;
 
@@ -21,8 +21,12 @@ fn e(what: impl std::fmt::Display) -> super::StoreError {
     err("fjall", what)
 }
 
-fn open(dir: &Path) -> Result<Box<dyn Store>> {
-    let db = Database::builder(dir).open().map_err(e)?;
+fn open(dir: &Path, settings: &Settings) -> Result<Box<dyn Store>> {
+    let mut builder = Database::builder(dir);
+    if let Some(bytes) = settings.cache_bytes {
+        builder = builder.cache_size(bytes);
+    }
+    let db = builder.open().map_err(e)?;
     let kv = db
         .keyspace("kv", KeyspaceCreateOptions::default)
         .map_err(e)?;
@@ -53,8 +57,8 @@ impl Store for Fjall {
         }
     }
 
-    fn scan(&self, visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
-        for guard in self.kv.iter() {
+    fn scan(&self, from: &[u8], visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
+        for guard in self.kv.range(from..) {
             let (k, v) = guard.into_inner().map_err(e)?;
             if !visit(&k, &v) {
                 break;

@@ -1,6 +1,6 @@
 //! kivi itself, with its defaults: durable (fdatasync) commits.
 
-use super::{err, Kind, Result, Store};
+use super::{err, Kind, Result, Settings, Store};
 use kivi::{Db, Options, WriteBatch};
 use std::path::Path;
 
@@ -22,15 +22,24 @@ pub const KIND_NO_CLEANER: Kind = Kind {
 
 struct Kivi(Db);
 
-fn open(dir: &Path) -> Result<Box<dyn Store>> {
-    let db = Db::open(dir, Options::default()).map_err(|e| err("kivi", e))?;
+/// The defaults, with the cache the suite asks for, if it does.
+fn options(settings: &Settings) -> Options {
+    let defaults = Options::default();
+    Options {
+        cache_bytes: settings.cache_bytes.unwrap_or(defaults.cache_bytes),
+        ..defaults
+    }
+}
+
+fn open(dir: &Path, settings: &Settings) -> Result<Box<dyn Store>> {
+    let db = Db::open(dir, options(settings)).map_err(|e| err("kivi", e))?;
     Ok(Box::new(Kivi(db)))
 }
 
-fn open_no_cleaner(dir: &Path) -> Result<Box<dyn Store>> {
+fn open_no_cleaner(dir: &Path, settings: &Settings) -> Result<Box<dyn Store>> {
     let opts = Options {
         space_amplification_max: 1e9,
-        ..Options::default()
+        ..options(settings)
     };
     let db = Db::open(dir, opts).map_err(|e| err("kivi-nocleaner", e))?;
     Ok(Box::new(Kivi(db)))
@@ -53,8 +62,8 @@ impl Store for Kivi {
         self.0.get_into(key, out).map_err(|e| err("kivi", e))
     }
 
-    fn scan(&self, visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
-        let mut scan = self.0.scan::<&[u8], _>(..);
+    fn scan(&self, from: &[u8], visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
+        let mut scan = self.0.scan::<&[u8], _>(from..);
         while let Some((k, v)) = scan.next().map_err(|e| err("kivi", e))? {
             if !visit(k, v) {
                 break;

@@ -14,7 +14,7 @@
 //! `leveldb_put`. The only other option set is `create_if_missing`.
 
 use super::ffi_util::{borrowed, c_path, c_slice, CBuf, ErrPtr, Handle};
-use super::{Kind, Result, Store};
+use super::{Kind, Result, Settings, Store};
 use std::path::Path;
 
 const STORE: &str = "leveldb";
@@ -42,6 +42,7 @@ mod ffi {
         leveldb_readoptions_t,
         leveldb_writebatch_t,
         leveldb_iterator_t,
+        leveldb_cache_t,
     );
 
     // Linked by bench/build.rs (`cargo:rustc-link-lib=dylib=leveldb`).
@@ -49,6 +50,12 @@ mod ffi {
         pub(super) fn leveldb_options_create() -> *mut leveldb_options_t;
         pub(super) fn leveldb_options_destroy(options: *mut leveldb_options_t);
         pub(super) fn leveldb_options_set_create_if_missing(options: *mut leveldb_options_t, v: u8);
+        pub(super) fn leveldb_options_set_cache(
+            options: *mut leveldb_options_t,
+            cache: *mut leveldb_cache_t,
+        );
+        pub(super) fn leveldb_cache_create_lru(capacity: usize) -> *mut leveldb_cache_t;
+        pub(super) fn leveldb_cache_destroy(cache: *mut leveldb_cache_t);
 
         pub(super) fn leveldb_open(
             options: *const leveldb_options_t,
@@ -114,6 +121,11 @@ mod ffi {
         pub(super) fn leveldb_iter_destroy(iter: *mut leveldb_iterator_t);
         pub(super) fn leveldb_iter_valid(iter: *const leveldb_iterator_t) -> u8;
         pub(super) fn leveldb_iter_seek_to_first(iter: *mut leveldb_iterator_t);
+        pub(super) fn leveldb_iter_seek(
+            iter: *mut leveldb_iterator_t,
+            k: *const c_char,
+            klen: usize,
+        );
         pub(super) fn leveldb_iter_next(iter: *mut leveldb_iterator_t);
         pub(super) fn leveldb_iter_key(
             iter: *const leveldb_iterator_t,
@@ -136,11 +148,14 @@ mod ffi {
 ///
 /// Field order is drop order: the database closes first, then the options
 /// objects are destroyed (LevelDB copies options at open and per call, so
-/// the order is not required, only tidy).
+/// the order is not required, only tidy), then the block cache, if the
+/// suite gave one: the options LevelDB copied point to it, so it must
+/// outlive the database.
 struct LevelDb {
     db: Handle<ffi::leveldb_t>,
     write: Handle<ffi::leveldb_writeoptions_t>,
     read: Handle<ffi::leveldb_readoptions_t>,
+    _cache: Option<Handle<ffi::leveldb_cache_t>>,
 }
 
 // SAFETY: "A DB is safe for concurrent access from multiple threads without
@@ -155,7 +170,7 @@ unsafe impl Send for LevelDb {}
 // LevelDB allows concurrently on one DB, with read-only options.
 unsafe impl Sync for LevelDb {}
 
-fn open(dir: &Path) -> Result<Box<dyn Store>> {
+fn open(dir: &Path, settings: &Settings) -> Result<Box<dyn Store>> {
     let name = c_path(STORE, dir)?;
 
     // SAFETY: leveldb_options_create takes no arguments and returns a new
@@ -170,14 +185,34 @@ fn open(dir: &Path) -> Result<Box<dyn Store>> {
     };
     // SAFETY: `options` is a live options object owned by us.
     unsafe { ffi::leveldb_options_set_create_if_missing(options.as_ptr(), 1) };
+    let cache = match settings.cache_bytes {
+        None => None,
+        Some(bytes) => {
+            // SAFETY: the constructor returns a new cache owned by the
+            // caller, released with leveldb_cache_destroy; it is kept in
+            // the LevelDb, which drops it after closing the database.
+            let cache = unsafe {
+                Handle::new(
+                    STORE,
+                    "leveldb_cache_create_lru",
+                    ffi::leveldb_cache_create_lru(usize::try_from(bytes).unwrap_or(usize::MAX)),
+                    ffi::leveldb_cache_destroy,
+                )?
+            };
+            // SAFETY: both objects are live and ours; the options keep a
+            // plain pointer to the cache, which outlives the database.
+            unsafe { ffi::leveldb_options_set_cache(options.as_ptr(), cache.as_ptr()) };
+            Some(cache)
+        }
+    };
 
     let mut e = ErrPtr::new(ffi::leveldb_free);
     // SAFETY: `options` is live, `name` is a NUL-terminated path that
     // outlives the call, and `e` is a null errptr as the API requires. On
     // success the returned DB is ours, released once with leveldb_close.
-    // LevelDB copies the options struct at open; it points to no objects of
-    // ours (default env, comparator and cache), so `options` may be
-    // destroyed afterwards.
+    // LevelDB copies the options struct at open; the only object of ours it
+    // points to is the cache, which the LevelDb keeps until after closing,
+    // so `options` may be destroyed afterwards.
     let db = unsafe { ffi::leveldb_open(options.as_ptr(), name.as_ptr(), e.as_out()) };
     e.check(STORE)?;
     // SAFETY: leveldb_open reported success, so `db` is a live DB we own;
@@ -208,7 +243,12 @@ fn open(dir: &Path) -> Result<Box<dyn Store>> {
         )?
     };
 
-    Ok(Box::new(LevelDb { db, write, read }))
+    Ok(Box::new(LevelDb {
+        db,
+        write,
+        read,
+        _cache: cache,
+    }))
 }
 
 /// An iterator over the whole database; destroyed on drop, before the DB it
@@ -237,9 +277,16 @@ impl<'db> Iter<'db> {
         })
     }
 
-    fn seek_to_first(&mut self) {
-        // SAFETY: the iterator is live and used by this thread only.
-        unsafe { ffi::leveldb_iter_seek_to_first(self.it.as_ptr()) }
+    /// To the first key at or after `from` (the first of all if empty).
+    fn seek(&mut self, from: &[u8]) {
+        if from.is_empty() {
+            // SAFETY: the iterator is live and used by this thread only.
+            unsafe { ffi::leveldb_iter_seek_to_first(self.it.as_ptr()) }
+        } else {
+            // SAFETY: the iterator is live and used by this thread only;
+            // the key is read during the call only (copied by the seek).
+            unsafe { ffi::leveldb_iter_seek(self.it.as_ptr(), from.as_ptr().cast(), from.len()) }
+        }
     }
 
     fn valid(&self) -> bool {
@@ -364,9 +411,9 @@ impl Store for LevelDb {
         Ok(true)
     }
 
-    fn scan(&self, visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
+    fn scan(&self, from: &[u8], visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
         let mut it = Iter::new(self)?;
-        it.seek_to_first();
+        it.seek(from);
         while it.valid() {
             let (k, v) = it.pair();
             if !visit(k, v) {

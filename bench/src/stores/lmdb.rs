@@ -2,7 +2,7 @@
 //! LMDB C library it bundles). Default environment flags: each write
 //! transaction's commit syncs the data file before it returns.
 
-use super::{err, Kind, Result, Store};
+use super::{err, Kind, Result, Settings, Store};
 use heed::types::Bytes;
 use heed::{Database, Env, EnvOpenOptions};
 use std::path::Path;
@@ -26,7 +26,9 @@ fn e(what: impl std::fmt::Display) -> super::StoreError {
     err("lmdb", what)
 }
 
-fn open(dir: &Path) -> Result<Box<dyn Store>> {
+/// LMDB keeps no cache of its own (it reads through the mapped file), so
+/// `Settings::cache_bytes` has nothing to size.
+fn open(dir: &Path, _settings: &Settings) -> Result<Box<dyn Store>> {
     std::fs::create_dir_all(dir).map_err(e)?;
     // SAFETY: heed's open is unsafe because the map must not be modified
     // behind LMDB's back; the benchmark is the only user of this directory
@@ -69,9 +71,18 @@ impl Store for Lmdb {
         }
     }
 
-    fn scan(&self, visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
+    fn scan(&self, from: &[u8], visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
         let rtxn = self.env.read_txn().map_err(e)?;
-        for item in self.db.iter(&rtxn).map_err(e)? {
+        // LMDB refuses an empty key, even as a range's start.
+        let start = match from {
+            [] => std::ops::Bound::Unbounded,
+            _ => std::ops::Bound::Included(from),
+        };
+        for item in self
+            .db
+            .range(&rtxn, &(start, std::ops::Bound::Unbounded))
+            .map_err(e)?
+        {
             let (k, v) = item.map_err(e)?;
             if !visit(k, v) {
                 break;

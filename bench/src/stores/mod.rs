@@ -45,8 +45,9 @@ pub trait Store: Send + Sync {
     fn put(&self, key: &[u8], value: &[u8]) -> Result<()>;
     /// Reads the value of `key` into `out`; `Ok(false)` when absent.
     fn get(&self, key: &[u8], out: &mut Vec<u8>) -> Result<bool>;
-    /// Calls `visit` on every pair in key order until it returns `false`.
-    fn scan(&self, visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()>;
+    /// Calls `visit` on every pair from key `from` on (every pair if it is
+    /// empty), in key order, until it returns `false`.
+    fn scan(&self, from: &[u8], visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()>;
     /// Lets background work settle before space is measured (flushing
     /// memtables, checkpoints); changes nothing about durability.
     fn settle(&self) -> Result<()>;
@@ -58,6 +59,17 @@ pub trait Store: Send + Sync {
     }
 }
 
+/// How the suite opens a store, beyond what the store does by default.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Settings {
+    /// Bytes for the store's own cache of its data (kivi's page cache,
+    /// RocksDB's and LevelDB's block caches, redb's and fjall's caches;
+    /// LMDB has none of its own), or its default if `None`. Under
+    /// `--memory-limit` every store gets the same: what kivi picks by
+    /// default for that limit.
+    pub cache_bytes: Option<u64>,
+}
+
 /// A kind of store: how to open one, and what it is, for the report.
 pub struct Kind {
     pub name: &'static str,
@@ -65,7 +77,7 @@ pub struct Kind {
     pub library: &'static str,
     /// How durable commits are configured.
     pub durability: &'static str,
-    pub open: fn(&Path) -> Result<Box<dyn Store>>,
+    pub open: fn(&Path, &Settings) -> Result<Box<dyn Store>>,
 }
 
 /// Every store this build can run, kivi first.

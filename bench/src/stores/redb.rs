@@ -1,8 +1,8 @@
 //! redb, a pure-Rust copy-on-write B-tree store, with its default
 //! `Durability::Immediate`: a commit returns once it is persistent.
 
-use super::{err, Kind, Result, Store};
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use super::{err, Kind, Result, Settings, Store};
+use redb::{Database, ReadableDatabase, TableDefinition};
 use std::path::Path;
 
 pub const KIND: Kind = Kind {
@@ -20,9 +20,13 @@ fn e(what: impl std::fmt::Display) -> super::StoreError {
     err("redb", what)
 }
 
-fn open(dir: &Path) -> Result<Box<dyn Store>> {
+fn open(dir: &Path, settings: &Settings) -> Result<Box<dyn Store>> {
     std::fs::create_dir_all(dir).map_err(e)?;
-    let db = Database::create(dir.join("data.redb")).map_err(e)?;
+    let mut builder = Database::builder();
+    if let Some(bytes) = settings.cache_bytes {
+        builder.set_cache_size(usize::try_from(bytes).unwrap_or(usize::MAX));
+    }
+    let db = builder.create(dir.join("data.redb")).map_err(e)?;
     let txn = db.begin_write().map_err(e)?;
     txn.open_table(TABLE).map_err(e)?;
     txn.commit().map_err(e)?;
@@ -58,10 +62,10 @@ impl Store for Redb {
         }
     }
 
-    fn scan(&self, visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
+    fn scan(&self, from: &[u8], visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
         let txn = self.0.begin_read().map_err(e)?;
         let table = txn.open_table(TABLE).map_err(e)?;
-        for item in table.iter().map_err(e)? {
+        for item in table.range::<&[u8]>(from..).map_err(e)? {
             let (k, v) = item.map_err(e)?;
             if !visit(k.value(), v.value()) {
                 break;

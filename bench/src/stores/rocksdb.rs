@@ -17,7 +17,7 @@
 //! starting from.
 
 use super::ffi_util::{borrowed, c_path, c_slice, CBuf, ErrPtr, Handle};
-use super::{Kind, Result, Store};
+use super::{Kind, Result, Settings, Store};
 use std::path::Path;
 
 const STORE: &str = "rocksdb";
@@ -46,6 +46,8 @@ mod ffi {
         rocksdb_flushoptions_t,
         rocksdb_writebatch_t,
         rocksdb_iterator_t,
+        rocksdb_cache_t,
+        rocksdb_block_based_table_options_t,
     );
 
     // Linked by bench/build.rs (`cargo:rustc-link-lib=dylib=rocksdb`).
@@ -55,6 +57,22 @@ mod ffi {
         pub(super) fn rocksdb_options_set_create_if_missing(
             options: *mut rocksdb_options_t,
             v: c_uchar,
+        );
+
+        pub(super) fn rocksdb_cache_create_lru(capacity: usize) -> *mut rocksdb_cache_t;
+        pub(super) fn rocksdb_cache_destroy(cache: *mut rocksdb_cache_t);
+        pub(super) fn rocksdb_block_based_options_create(
+        ) -> *mut rocksdb_block_based_table_options_t;
+        pub(super) fn rocksdb_block_based_options_destroy(
+            options: *mut rocksdb_block_based_table_options_t,
+        );
+        pub(super) fn rocksdb_block_based_options_set_block_cache(
+            options: *mut rocksdb_block_based_table_options_t,
+            block_cache: *mut rocksdb_cache_t,
+        );
+        pub(super) fn rocksdb_options_set_block_based_table_factory(
+            opt: *mut rocksdb_options_t,
+            table_options: *mut rocksdb_block_based_table_options_t,
         );
 
         pub(super) fn rocksdb_open(
@@ -132,6 +150,11 @@ mod ffi {
         pub(super) fn rocksdb_iter_destroy(iter: *mut rocksdb_iterator_t);
         pub(super) fn rocksdb_iter_valid(iter: *const rocksdb_iterator_t) -> c_uchar;
         pub(super) fn rocksdb_iter_seek_to_first(iter: *mut rocksdb_iterator_t);
+        pub(super) fn rocksdb_iter_seek(
+            iter: *mut rocksdb_iterator_t,
+            k: *const c_char,
+            klen: usize,
+        );
         pub(super) fn rocksdb_iter_next(iter: *mut rocksdb_iterator_t);
         pub(super) fn rocksdb_iter_key(
             iter: *const rocksdb_iterator_t,
@@ -148,6 +171,38 @@ mod ffi {
 
         pub(super) fn rocksdb_free(ptr: *mut c_void);
     }
+}
+
+/// Gives `options` a block cache of `bytes` (an LRU cache, the kind
+/// RocksDB makes by default, only larger).
+fn set_block_cache(options: &Handle<ffi::rocksdb_options_t>, bytes: u64) -> Result<()> {
+    // SAFETY: both constructors return new objects owned by the caller,
+    // released with their destroy functions (Handle does so on drop).
+    let (cache, table) = unsafe {
+        (
+            Handle::new(
+                STORE,
+                "rocksdb_cache_create_lru",
+                ffi::rocksdb_cache_create_lru(usize::try_from(bytes).unwrap_or(usize::MAX)),
+                ffi::rocksdb_cache_destroy,
+            )?,
+            Handle::new(
+                STORE,
+                "rocksdb_block_based_options_create",
+                ffi::rocksdb_block_based_options_create(),
+                ffi::rocksdb_block_based_options_destroy,
+            )?,
+        )
+    };
+    // SAFETY: all three objects are live and ours. The C API keeps C++
+    // shared pointers: the table options take a reference to the cache and
+    // the options a new table factory copied from the table options, so
+    // both handles may be destroyed when this function returns.
+    unsafe {
+        ffi::rocksdb_block_based_options_set_block_cache(table.as_ptr(), cache.as_ptr());
+        ffi::rocksdb_options_set_block_based_table_factory(options.as_ptr(), table.as_ptr());
+    }
+    Ok(())
 }
 
 /// An open database and the options every call uses.
@@ -174,7 +229,7 @@ unsafe impl Send for RocksDb {}
 // RocksDB allows concurrently on one DB, with read-only options.
 unsafe impl Sync for RocksDb {}
 
-fn open(dir: &Path) -> Result<Box<dyn Store>> {
+fn open(dir: &Path, settings: &Settings) -> Result<Box<dyn Store>> {
     let name = c_path(STORE, dir)?;
 
     // SAFETY: rocksdb_options_create takes no arguments and returns a new
@@ -189,6 +244,9 @@ fn open(dir: &Path) -> Result<Box<dyn Store>> {
     };
     // SAFETY: `options` is a live options object owned by us.
     unsafe { ffi::rocksdb_options_set_create_if_missing(options.as_ptr(), 1) };
+    if let Some(bytes) = settings.cache_bytes {
+        set_block_cache(&options, bytes)?;
+    }
 
     let mut e = ErrPtr::new(ffi::rocksdb_free);
     // SAFETY: `options` is live, `name` is a NUL-terminated path that
@@ -274,9 +332,16 @@ impl<'db> Iter<'db> {
         })
     }
 
-    fn seek_to_first(&mut self) {
-        // SAFETY: the iterator is live and used by this thread only.
-        unsafe { ffi::rocksdb_iter_seek_to_first(self.it.as_ptr()) }
+    /// To the first key at or after `from` (the first of all if empty).
+    fn seek(&mut self, from: &[u8]) {
+        if from.is_empty() {
+            // SAFETY: the iterator is live and used by this thread only.
+            unsafe { ffi::rocksdb_iter_seek_to_first(self.it.as_ptr()) }
+        } else {
+            // SAFETY: the iterator is live and used by this thread only;
+            // the key is read during the call only (copied by the seek).
+            unsafe { ffi::rocksdb_iter_seek(self.it.as_ptr(), from.as_ptr().cast(), from.len()) }
+        }
     }
 
     fn valid(&self) -> bool {
@@ -401,9 +466,9 @@ impl Store for RocksDb {
         Ok(true)
     }
 
-    fn scan(&self, visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
+    fn scan(&self, from: &[u8], visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
         let mut it = Iter::new(self)?;
-        it.seek_to_first();
+        it.seek(from);
         while it.valid() {
             let (k, v) = it.pair();
             if !visit(k, v) {
