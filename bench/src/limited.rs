@@ -116,6 +116,7 @@ pub fn store_child(job_json: &str) -> Result<(), BenchError> {
     // Read inside the cgroup, so it sees the limit.
     let settings = Settings {
         cache_bytes: Some(kivi::Options::default().cache_bytes),
+        memory_limited: true,
     };
     eprintln!(
         "{}: in a memory cgroup of {} MiB, its own cache {} MiB",

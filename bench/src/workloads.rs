@@ -198,7 +198,7 @@ pub fn hotspot_read(store: &dyn Store, n: u64, ops: u64, tick: &dyn Fn(u64)) -> 
 pub fn zipfian_keys(n: u64, count: u64, seed: u64) -> Vec<u64> {
     use rand::SeedableRng;
     use rand_distr::Distribution;
-    let zipf = rand_distr::Zipf::new(n, ZIPF_EXPONENT).expect("n >= 1, exponent > 0");
+    let zipf = rand_distr::Zipf::new(n as f64, ZIPF_EXPONENT).expect("n >= 1, exponent > 0");
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     (0..count)
         .map(|_| kv40::mix(zipf.sample(&mut rng) as u64) % n)

@@ -419,6 +419,7 @@ fn every_store_scans_from_a_key_and_takes_a_cache_size() {
         let dir = tempfile::tempdir().unwrap();
         let settings = Settings {
             cache_bytes: Some(16 << 20),
+            memory_limited: true,
         };
         let store = (k.open)(dir.path(), &settings)
             .unwrap_or_else(|e| panic!("opening {} with a cache size: {e}", k.name));

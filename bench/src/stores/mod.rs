@@ -68,6 +68,10 @@ pub struct Settings {
     /// `--memory-limit` every store gets the same: what kivi picks by
     /// default for that limit.
     pub cache_bytes: Option<u64>,
+    /// The store runs in a memory box that its data may not fit: a store
+    /// whose documentation gives settings for that case gets them (LMDB's
+    /// `MDB_NORDAHEAD`).
+    pub memory_limited: bool,
 }
 
 /// A kind of store: how to open one, and what it is, for the report.
