@@ -64,10 +64,14 @@ fn run_child(
         cgroup: cgroup.clone(),
         limit,
     };
-    let mut child = Command::new(&cfg.program)
-        .args(["bench", "--internal-store-child"])
+    let mut cmd = Command::new(&cfg.program);
+    cmd.args(["bench", "--internal-store-child"])
         .arg(serde_json::to_string(&job).expect("jobs serialize"))
-        .stdout(Stdio::piped())
+        .stdout(Stdio::piped());
+    // In the box from its first instruction: what it sizes at start (its
+    // allocator's settings, the store's defaults) sees the limit.
+    cgroup.run_inside(&mut cmd);
+    let mut child = cmd
         .spawn()
         .map_err(|e| io_err(format!("start {}", cfg.program.display()), e))?;
     let stdout = child.stdout.take().expect("piped");
@@ -104,12 +108,11 @@ fn run_child(
     })
 }
 
-/// The child: enters its cgroup, runs the store's workloads with the cache
-/// kivi picks by default for the limit, and prints each figure.
+/// The child, started inside its cgroup: runs the store's workloads with
+/// the cache kivi picks by default for the limit, and prints each figure.
 pub fn store_child(job_json: &str) -> Result<(), BenchError> {
     let job: Job = serde_json::from_str(job_json)
         .map_err(|e| BenchError(format!("a store child's job does not parse: {e}")))?;
-    job.cgroup.enter()?;
     job.cgroup.reset_peak();
     let kind = stores::kind(&job.store)
         .ok_or_else(|| BenchError(format!("unknown store {}", job.store)))?;

@@ -18,6 +18,17 @@ pub fn available() -> Option<u64> {
     }
 }
 
+/// The memory limit of the container this process runs in (its cgroup's,
+/// or a parent cgroup's), when that is below the machine's memory; `None`
+/// outside one.
+pub fn container_limit() -> Option<u64> {
+    let limit = cgroup_limit()?;
+    match physical() {
+        Some(p) if limit >= p => None,
+        _ => Some(limit),
+    }
+}
+
 fn physical() -> Option<u64> {
     // SAFETY: `sysconf` only reads the system's configuration; any name is
     // a valid argument, and an unknown one returns -1, handled below.
