@@ -10,7 +10,7 @@
 
 use crate::BenchError;
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// Which cgroup interface a cgroup belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -120,17 +120,6 @@ impl MemoryCgroup {
             .ok()
     }
 
-    /// Moves the calling process (every thread of it) into this cgroup.
-    pub fn enter(&self) -> Result<(), BenchError> {
-        self.add(std::process::id())
-    }
-
-    /// Moves process `pid` (every thread of it) into this cgroup; what it
-    /// allocates from then on counts here.
-    pub fn add(&self, pid: u32) -> Result<(), BenchError> {
-        self.write("cgroup.procs", &pid.to_string())
-    }
-
     /// Makes `cmd`'s process start inside this cgroup: it moves itself in
     /// between fork and exec, so everything it allocates from its first
     /// instruction counts here, and defaults it sizes from its cgroup's
@@ -209,10 +198,6 @@ impl MemoryCgroup {
             }
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.dir
     }
 }
 
