@@ -246,7 +246,10 @@ fn check_page_segments(
             &name,
             ScanEnd::Exact(end),
             |report, rec| {
-                if !matches!(rec.ty, RecordType::Page | RecordType::Blob) {
+                if !matches!(
+                    rec.ty,
+                    RecordType::Page | RecordType::Blob | RecordType::Padding
+                ) {
                     report.problems.push(format!(
                         "{name} at offset {}: {:?} record in a page segment",
                         rec.offset, rec.ty

@@ -133,12 +133,10 @@ impl Db {
             &path,
             is_empty,
             opts.create_if_missing && !opts.read_only,
+            !opts.read_only,
         )?;
         let pager = Pager::new(storage.clone(), opts.cache_bytes);
-        let tree_cfg = TreeConfig {
-            page_target: opts.page_size,
-            ..TreeConfig::default()
-        };
+        let tree_cfg = TreeConfig::for_page_size(opts.page_size);
         let rec = recover(&storage, &pager, &tree_cfg, store_id)?;
         let ids = Arc::new(SegmentIds::after(rec.max_segment_id));
         let pacer = Arc::new(Pacer::new());

@@ -3,7 +3,7 @@
 //! repeats, so segments of another store are never mixed in.
 
 use crate::error::{Error, Result};
-use kivi_log::FORMAT_VERSION;
+use kivi_log::{FORMAT_VERSION, OLDEST_FORMAT_READ};
 use kivi_storage::Storage;
 use rand::RngExt;
 
@@ -15,7 +15,8 @@ pub(crate) fn encode(store_id: [u8; 16]) -> Vec<u8> {
     format!("{FIRST_LINE}\nformat {FORMAT_VERSION}\nid {id}\n").into_bytes()
 }
 
-pub(crate) fn decode(bytes: &[u8], path: &str) -> Result<[u8; 16]> {
+/// The store id and the format the identity names.
+pub(crate) fn decode(bytes: &[u8], path: &str) -> Result<([u8; 16], u32)> {
     let bad = |reason: String| Error::NotAStore {
         path: path.to_string(),
         reason,
@@ -32,9 +33,9 @@ pub(crate) fn decode(bytes: &[u8], path: &str) -> Result<[u8; 16]> {
         .and_then(|l| l.strip_prefix("format "))
         .and_then(|v| v.parse::<u32>().ok())
         .ok_or_else(|| bad(format!("{IDENTITY} has no format line")))?;
-    if version != FORMAT_VERSION {
+    if !(OLDEST_FORMAT_READ..=FORMAT_VERSION).contains(&version) {
         return Err(bad(format!(
-            "store format {version}; this build reads format {FORMAT_VERSION}"
+            "store format {version}; this build reads formats {OLDEST_FORMAT_READ} to {FORMAT_VERSION}"
         )));
     }
     let hex = lines
@@ -47,7 +48,7 @@ pub(crate) fn decode(bytes: &[u8], path: &str) -> Result<[u8; 16]> {
         *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16)
             .map_err(|_| bad("bad store id".into()))?;
     }
-    Ok(id)
+    Ok((id, version))
 }
 
 /// Reads the identity, creating a new store when allowed and the place is empty.
@@ -56,9 +57,17 @@ pub(crate) fn load_or_create(
     path: &str,
     is_empty: impl FnOnce() -> Result<bool>,
     create: bool,
+    writable: bool,
 ) -> Result<[u8; 16]> {
     if let Some(bytes) = storage.read_meta(IDENTITY)? {
-        return decode(&bytes, path);
+        let (id, version) = decode(&bytes, path)?;
+        if writable && version < FORMAT_VERSION {
+            // What this build writes is of its own format: say so before
+            // anything is written, so an older build refuses the store
+            // instead of finding records it does not know.
+            storage.write_meta(IDENTITY, &encode(id))?;
+        }
+        return Ok(id);
     }
     if !is_empty()? {
         return Err(Error::NotAStore {
@@ -84,7 +93,7 @@ mod tests {
     #[test]
     fn identity_round_trips_and_rejects_strangers() {
         let id = [0xab; 16];
-        assert_eq!(decode(&encode(id), "d").unwrap(), id);
+        assert_eq!(decode(&encode(id), "d").unwrap(), (id, FORMAT_VERSION));
         assert!(decode(b"hello", "d")
             .unwrap_err()
             .to_string()

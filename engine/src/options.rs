@@ -37,7 +37,8 @@ pub struct Options {
     /// more checkpoints and merges, each rewriting the pages changed since
     /// the last.
     pub write_buffer_bytes: u64,
-    /// Pages split when their encoded size would pass this (default 4 KiB).
+    /// Pages split when their record (entries, page header and record
+    /// header) would pass this (default 4 KiB, the page log's block).
     pub page_size: usize,
     /// Segment files are closed and a new one started at about this size (default 64 MiB).
     pub segment_bytes: u64,

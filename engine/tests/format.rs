@@ -26,11 +26,16 @@ use common::{assert_healthy, dump, mix, Model};
 use kivi::{Db, Options, WriteBatch};
 use std::path::{Path, PathBuf};
 
-/// The fixture of the format this build writes.
-fn fixture_dir() -> PathBuf {
+/// The fixture of format `version`.
+fn fixture_of(version: u32) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/data")
-        .join(format!("format-v{}", kivi_log::FORMAT_VERSION))
+        .join(format!("format-v{version}"))
+}
+
+/// The fixture of the format this build writes.
+fn fixture_dir() -> PathBuf {
+    fixture_of(kivi_log::FORMAT_VERSION)
 }
 
 /// One step of the fixture's history.
@@ -159,7 +164,20 @@ fn copy_dir(from: &Path, to: &Path) {
 
 #[test]
 fn the_committed_store_of_this_format_reads_back_exactly() {
-    let fixture = fixture_dir();
+    reads_back_exactly(kivi_log::FORMAT_VERSION);
+}
+
+/// Every older format this build reads opens, reads back, takes writes (in
+/// this build's format, which its identity then names) and reopens.
+#[test]
+fn the_committed_stores_of_older_formats_read_back_and_upgrade() {
+    for version in kivi_log::OLDEST_FORMAT_READ..kivi_log::FORMAT_VERSION {
+        reads_back_exactly(version);
+    }
+}
+
+fn reads_back_exactly(version: u32) {
+    let fixture = fixture_of(version);
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("store");
     copy_dir(&fixture, &dir);
@@ -214,7 +232,13 @@ fn the_committed_store_of_this_format_reads_back_exactly() {
     assert_healthy(&db, want.len());
     // It takes writes, and reopens with them.
     db.put(b"after", b"the fixture").unwrap();
+    db.checkpoint().unwrap();
     db.close().unwrap();
+    let identity = std::fs::read_to_string(dir.join("KIVI")).unwrap();
+    assert!(
+        identity.contains(&format!("\nformat {}\n", kivi_log::FORMAT_VERSION)),
+        "a store of format {version} written to by this build says {identity:?}"
+    );
     let db = Db::open(&dir, Options::default()).unwrap();
     assert_eq!(
         db.get(b"after").unwrap().as_deref(),

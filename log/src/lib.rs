@@ -9,6 +9,7 @@
 //!
 //! See ARCHITECTURE.md, "On-disk format", for the byte layout.
 
+mod blocks;
 pub mod codec;
 mod commit;
 mod record;
@@ -16,6 +17,7 @@ mod scan;
 mod segment;
 mod writer;
 
+pub use blocks::PAGE_BLOCK_BYTES;
 pub use codec::{DecodeError, Reader};
 pub use commit::{synced_claim, CheckpointRecord, CommitRecord, Op, OpRef};
 pub use record::{
@@ -23,7 +25,9 @@ pub use record::{
     MAX_RECORD_BODY, RECORD_HEADER_LEN,
 };
 pub use scan::{read_header, scan_segment, ScanEnd, ScannedRecord, SegmentScan};
-pub use segment::{SegmentHeader, SegmentKind, FORMAT_VERSION, SEGMENT_HEADER_LEN};
+pub use segment::{
+    SegmentHeader, SegmentKind, FORMAT_VERSION, OLDEST_FORMAT_READ, SEGMENT_HEADER_LEN,
+};
 pub use writer::{SegmentAppender, SegmentIds};
 
 pub use kivi_storage::{Corruption, Error, IoError};

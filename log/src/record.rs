@@ -36,6 +36,9 @@ pub enum RecordType {
     Page = 4,
     /// A value too large to live inside a page.
     Blob = 5,
+    /// Fills a gap in a page segment so that pages stay inside 4 KiB
+    /// blocks; its body is zeros and means nothing.
+    Padding = 6,
 }
 
 impl RecordType {
@@ -46,6 +49,7 @@ impl RecordType {
             3 => Self::Checkpoint,
             4 => Self::Page,
             5 => Self::Blob,
+            6 => Self::Padding,
             _ => return None,
         })
     }

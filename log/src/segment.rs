@@ -12,7 +12,11 @@ use crate::record::{encode_record, RecordType, RECORD_HEADER_LEN};
 const MAGIC: &[u8; 8] = b"KIVISEG\0";
 
 /// Version of the on-disk format this build reads and writes.
-pub const FORMAT_VERSION: u32 = 3;
+pub const FORMAT_VERSION: u32 = 4;
+/// The oldest format this build reads (and upgrades when it writes).
+/// Format 4 added padding records, which pack pages into 4 KiB blocks;
+/// format 3 segments are format 4 segments without them.
+pub const OLDEST_FORMAT_READ: u32 = 3;
 
 const BODY_LEN: usize = 8 + 4 + 16 + 8 + 1 + 8 + 8;
 // The body as `encode` writes it: the magic, the format version (u32), the
@@ -30,10 +34,10 @@ const _: () = assert!(
 
 /// Total length of the header record at the start of each segment.
 pub const SEGMENT_HEADER_LEN: u64 = (RECORD_HEADER_LEN + BODY_LEN) as u64;
-// Format 3's segment header is 62 bytes: a header of another length is
-// another format (a new FORMAT_VERSION, and a fixture in
+// Formats 3 and 4 have a 62-byte segment header: a header of another length
+// is another format (a new FORMAT_VERSION, and a fixture in
 // engine/tests/data/format-v<N>).
-const _: () = assert!(FORMAT_VERSION != 3 || SEGMENT_HEADER_LEN == 62);
+const _: () = assert!(FORMAT_VERSION != 4 || SEGMENT_HEADER_LEN == 62);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
@@ -80,9 +84,10 @@ impl SegmentHeader {
             return Err("not a kivi segment (bad magic)".into());
         }
         let version = r.u32().map_err(e)?;
-        if version != FORMAT_VERSION {
+        if !(OLDEST_FORMAT_READ..=FORMAT_VERSION).contains(&version) {
             return Err(format!(
-                "segment format version {version}; this build reads version {FORMAT_VERSION}"
+                "segment format version {version}; this build reads versions \
+                 {OLDEST_FORMAT_READ} to {FORMAT_VERSION}"
             ));
         }
         let store_id: [u8; 16] = r.bytes(16).map_err(e)?.try_into().expect("16 bytes");

@@ -1,5 +1,6 @@
 //! Appending records to a segment.
 
+use crate::blocks::{BlockPacker, PAGE_BLOCK_BYTES};
 use crate::record::{begin_record, finish_record, Addr, PageRef, RecordType};
 use crate::segment::{SegmentHeader, SegmentKind};
 use crate::Error;
@@ -39,6 +40,9 @@ impl SegmentIds {
 /// record is known before it reaches the segment, which lets a checkpoint
 /// encode a parent page with its children's addresses in one pass.
 ///
+/// Page segments pack their records into 4 KiB blocks (see `blocks`), with
+/// padding records in the gaps; commit segments append records end to end.
+///
 /// After any failed append or sync the appender is *broken*: nothing more may
 /// be written to the segment, and [`valid_end`] is where its last good record
 /// ends, which the next segment's header records.
@@ -59,6 +63,10 @@ pub struct SegmentAppender {
     synced: u64,
     buf: Vec<u8>,
     broken: bool,
+    /// Page segments: where records go in the buffer.
+    packer: Option<BlockPacker>,
+    /// A packed record is encoded here before it is copied into place.
+    scratch: Vec<u8>,
 }
 
 impl SegmentAppender {
@@ -92,6 +100,8 @@ impl SegmentAppender {
             synced: len,
             buf: Vec::new(),
             broken: false,
+            packer: (kind == SegmentKind::Pages).then(|| BlockPacker::new(PAGE_BLOCK_BYTES)),
+            scratch: Vec::new(),
         })
     }
 
@@ -144,6 +154,9 @@ impl SegmentAppender {
     /// Encodes a record at the end of the buffer with `body` writing its body,
     /// and returns where it will live. Nothing reaches the segment until `flush`.
     pub fn buffer_record(&mut self, ty: RecordType, body: impl FnOnce(&mut Vec<u8>)) -> PageRef {
+        if self.packer.is_some() {
+            return self.buffer_packed(ty, body);
+        }
         let offset = self.len();
         let start = begin_record(&mut self.buf);
         body(&mut self.buf);
@@ -155,8 +168,51 @@ impl SegmentAppender {
         }
     }
 
+    /// `buffer_record` in a page segment: the record goes where the packer
+    /// says, inside the buffer, which grows to a block boundary.
+    fn buffer_packed(&mut self, ty: RecordType, body: impl FnOnce(&mut Vec<u8>)) -> PageRef {
+        let packer = self.packer.as_mut().expect("packed segment");
+        let mut rec = std::mem::take(&mut self.scratch);
+        rec.clear();
+        begin_record(&mut rec);
+        body(&mut rec);
+        let len = rec.len() as u64;
+        let (offset, end) = packer.place(self.written + self.buf.len() as u64, len);
+        finish_record(&mut rec, 0, self.id, offset, ty);
+        let new_len = (end - self.written) as usize;
+        if self.buf.len() < new_len {
+            self.buf.resize(new_len, 0);
+        }
+        let at = (offset - self.written) as usize;
+        self.buf[at..at + rec.len()].copy_from_slice(&rec);
+        // Gaps are padded at the flush: the buffer will be written whole.
+        self.good_end = end;
+        if rec.capacity() <= 1 << 20 {
+            self.scratch = rec;
+        }
+        PageRef {
+            addr: Addr::new(self.id, offset),
+            len: len as u32,
+        }
+    }
+
+    /// Fills the packer's gaps in the buffer with padding records.
+    fn pad_gaps(&mut self) {
+        let Some(packer) = self.packer.as_mut() else {
+            return;
+        };
+        for gap in packer.take_gaps() {
+            let start = (gap.start - self.written) as usize;
+            let end = (gap.end - self.written) as usize;
+            let out = &mut self.buf[..end];
+            out[start..].fill(0);
+            finish_record(out, start, self.id, gap.start, RecordType::Padding);
+        }
+    }
+
     /// Writes the buffered records to the segment in one append.
     pub fn flush(&mut self) -> Result<(), Error> {
+        self.pad_gaps();
         if self.buf.is_empty() {
             return Ok(());
         }

@@ -8,8 +8,8 @@
 //! it merges with a sibling, and the root grows or shrinks a level as needed.
 
 use crate::leaf::{
-    compare_keys, compare_past_heads, entry_size, head, merge_into, BigValue, Entry, LeafData,
-    ValueRef, INLINE_VALUE_MAX,
+    common_prefix_len, compare_keys, compare_past_heads, entry_size, head, merge_into, BigValue,
+    Entry, LeafData, ValueRef, INLINE_VALUE_MAX,
 };
 use crate::node::{Body, ChildRef, InternalData, LeafBase, Node, Patches};
 
@@ -24,7 +24,8 @@ use std::sync::Arc;
 /// Shape parameters of the tree.
 #[derive(Debug, Clone)]
 pub struct TreeConfig {
-    /// Pages split when their encoded size would pass this many bytes.
+    /// Pages split when their entries' estimated encoded size would pass
+    /// this many bytes (see `TreeConfig::for_page_size`).
     pub page_target: usize,
     /// Most entries a leaf's delta holds before the leaf is consolidated.
     pub delta_max: usize,
@@ -37,10 +38,26 @@ pub struct TreeConfig {
     pub parallel: bool,
 }
 
+/// Bytes of a page record beside its entries' estimated sizes: the record
+/// header (9) and the page's own (level and entry count), with room to spare.
+pub const PAGE_RECORD_OVERHEAD: usize = 16;
+
+impl TreeConfig {
+    /// Pages whose records, headers included, fit in `page_size` bytes (the
+    /// page log packs records into 4 KiB blocks; a default page fills one).
+    pub fn for_page_size(page_size: usize) -> Self {
+        assert!(page_size > 4 * PAGE_RECORD_OVERHEAD);
+        TreeConfig {
+            page_target: page_size - PAGE_RECORD_OVERHEAD,
+            ..TreeConfig::default()
+        }
+    }
+}
+
 impl Default for TreeConfig {
     fn default() -> Self {
         TreeConfig {
-            page_target: 4096,
+            page_target: kivi_log::PAGE_BLOCK_BYTES as usize - PAGE_RECORD_OVERHEAD,
             delta_max: 16,
             patch_max: 32,
             parallel: true,
@@ -444,11 +461,28 @@ impl<'a> Ctx<'a> {
 
     /// Builds leaves from live entries in key order.
     fn build_leaves(&mut self, entries: &[(&[u8], Entry<'_>)], append: bool) -> Vec<Piece> {
+        // Each key counted past the prefix it shares with the one before, as
+        // pages store it (and `LeafData::size` counts); the first key of a
+        // page shares nothing, so the target leaves room for the longest
+        // prefix any key would lose.
+        let mut longest_shared = 0;
         let sizes: Vec<usize> = entries
             .iter()
-            .map(|(k, e)| entry_size(k.len(), *e))
+            .enumerate()
+            .map(|(i, (k, e))| {
+                let shared = i
+                    .checked_sub(1)
+                    .map_or(0, |p| common_prefix_len(entries[p].0, k));
+                longest_shared = longest_shared.max(shared);
+                entry_size(k.len() - shared, *e)
+            })
             .collect();
-        let runs = cut(&sizes, self.cfg.page_target, append, 1);
+        let target = self
+            .cfg
+            .page_target
+            .saturating_sub(longest_shared)
+            .max(self.cfg.page_target / 2);
+        let runs = cut(&sizes, target, append, 1);
         let mut pieces = Vec::with_capacity(runs.len());
         let mut prev_last: Option<&[u8]> = None;
         for run in runs {

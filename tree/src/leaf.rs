@@ -354,7 +354,8 @@ impl LeafData {
         self.data_len as usize
     }
 
-    /// Estimated encoded size of all entries.
+    /// Estimated encoded size of all entries, each key counted past the
+    /// prefix it shares with the one before, as pages store it.
     pub fn size(&self) -> usize {
         self.size
     }
@@ -634,6 +635,10 @@ impl LeafData {
             "key over the slot's length field"
         );
         let bytes = key.len() + entry_len(entry);
+        // Pages store each key past the prefix it shares with the one before.
+        let shared = self
+            .last_key()
+            .map_or(0, |last| common_prefix_len(last, key));
         if self.n == self.cap || self.data_len as usize + bytes > self.data_cap as usize {
             let entries = (self.n as usize + 1).max(2 * self.cap as usize);
             let data = (self.data_len as usize + bytes).max(2 * self.data_cap as usize);
@@ -691,7 +696,7 @@ impl LeafData {
             [n] = slot;
         self.data_len = end as u32;
         self.n += 1;
-        self.size += entry_size(key.len(), entry);
+        self.size += entry_size(key.len() - shared, entry);
     }
 
     pub fn iter(

@@ -128,9 +128,21 @@ pub fn decode_page(body: &[u8], at: DiskRef, level: u8) -> Result<Node, String> 
     Ok(node)
 }
 
+/// A page references records of its own segment or older ones, never its
+/// own. (Within a segment a parent may lie before its children: the page log
+/// packs records into 4 KiB blocks, a parent into an earlier block's free
+/// tail. References cannot loop all the same: each steps down a level, and
+/// blobs reference nothing.)
 fn check_ref_before(child: PageRef, at: PageRef) -> Result<(), &'static str> {
-    if child.addr >= at.addr {
-        return Err("reference does not point to an older record");
+    if child.addr.segment > at.addr.segment {
+        return Err("reference points to a newer segment");
+    }
+    let (c, p) = (u64::from(child.addr.offset), u64::from(at.addr.offset));
+    if child.addr.segment == at.addr.segment
+        && c < p + u64::from(at.len)
+        && p < c + u64::from(child.len)
+    {
+        return Err("reference points into the page itself");
     }
     Ok(())
 }
@@ -324,12 +336,32 @@ mod tests {
     }
 
     #[test]
-    fn references_must_point_backwards() {
+    fn references_stay_in_older_segments_and_off_the_page() {
         let mut out = Vec::new();
-        encode_internal(&mut out, 1, &[at(10), at(2000)], &[b"m"]);
+        encode_internal(&mut out, 1, &[at(10), at(1050)], &[b"m"]);
         assert!(decode_page(&out, at(1000), 1)
             .unwrap_err()
-            .contains("older record"));
+            .contains("page itself"));
+        let newer = DiskRef {
+            page: PageRef {
+                addr: Addr {
+                    segment: 6,
+                    offset: 10,
+                },
+                len: 100,
+            },
+            subtree: 100,
+            oldest: 5,
+        };
+        out.clear();
+        encode_internal(&mut out, 1, &[at(10), newer], &[b"m"]);
+        assert!(decode_page(&out, at(1000), 1)
+            .unwrap_err()
+            .contains("newer segment"));
+        // A child after its parent in the same segment: packed blocks.
+        out.clear();
+        encode_internal(&mut out, 1, &[at(10), at(2000)], &[b"m"]);
+        assert!(decode_page(&out, at(1000), 1).is_ok());
         out.clear();
         encode_internal(&mut out, 1, &[at(10), at(20)], &[b"m"]);
         assert!(decode_page(&out, at(1000), 1).is_ok());
