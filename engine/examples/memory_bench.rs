@@ -74,6 +74,16 @@ fn report(db: &kivi::Db, phase: &str, ops: u64, t: Instant) -> Result<()> {
         s.resident_bytes >> 20,
         s.dirty_bytes >> 20,
     );
+    println!(
+        "{:<14} so far: {} page reads, {} checkpoints, {} delta pages, {} MiB copied by the cleaner, files {} MiB for {} MiB live",
+        "",
+        s.page_reads,
+        s.checkpoints,
+        s.delta_pages,
+        s.cleaner_copied_bytes >> 20,
+        s.file_bytes >> 20,
+        s.live_bytes >> 20,
+    );
     Ok(())
 }
 

@@ -248,7 +248,7 @@ fn check_page_segments(
             |report, rec| {
                 if !matches!(
                     rec.ty,
-                    RecordType::Page | RecordType::Blob | RecordType::Padding
+                    RecordType::Page | RecordType::Delta | RecordType::Blob | RecordType::Padding
                 ) {
                     report.problems.push(format!(
                         "{name} at offset {}: {:?} record in a page segment",

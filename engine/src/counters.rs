@@ -14,6 +14,8 @@ pub(crate) struct Counters {
     checkpoints: AtomicU64,
     sliced_checkpoints: AtomicU64,
     checkpoint_bytes: AtomicU64,
+    /// Leaves checkpoints wrote as delta pages.
+    delta_pages: AtomicU64,
     failed_checkpoints: AtomicU64,
     /// `Version::log_bytes` of the newest durable checkpoint.
     checkpointed_log_bytes: AtomicU64,
@@ -46,6 +48,7 @@ pub(crate) struct CounterValues {
     pub failed_commits: u64,
     pub checkpoints: u64,
     pub sliced_checkpoints: u64,
+    pub delta_pages: u64,
     pub failed_checkpoints: u64,
     pub checkpointed_log_bytes: u64,
     pub checkpointed_tree_bytes: u64,
@@ -64,6 +67,8 @@ pub(crate) struct CheckpointDone {
     /// Bytes it wrote, and of those, bytes the cleaner copied.
     pub bytes: u64,
     pub copied_bytes: u64,
+    /// Leaves it wrote as delta pages.
+    pub delta_pages: u64,
     /// `Version::log_bytes` of the version it wrote.
     pub log_bytes: u64,
     pub tree_bytes: u64,
@@ -121,6 +126,7 @@ impl Counters {
             self.sliced_checkpoints.fetch_add(1, Relaxed);
         }
         self.checkpoint_bytes.fetch_add(done.bytes, Relaxed);
+        self.delta_pages.fetch_add(done.delta_pages, Relaxed);
         self.cleaner_copied_bytes
             .fetch_add(done.copied_bytes, Relaxed);
         self.checkpointed_log_bytes.store(done.log_bytes, Relaxed);
@@ -167,6 +173,7 @@ impl Counters {
             failed_commits: self.failed_commits.load(Relaxed),
             checkpoints: self.checkpoints.load(Relaxed),
             sliced_checkpoints: self.sliced_checkpoints.load(Relaxed),
+            delta_pages: self.delta_pages.load(Relaxed),
             failed_checkpoints: self.failed_checkpoints.load(Relaxed),
             checkpointed_log_bytes: self.checkpointed_log_bytes.load(Relaxed),
             checkpointed_tree_bytes: self.checkpointed_tree_bytes.load(Relaxed),

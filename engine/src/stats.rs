@@ -61,6 +61,9 @@ pub struct Stats {
     /// in all (each waits at most a second).
     pub write_stalls: u64,
     pub write_stall_us: u64,
+    /// Leaves durable checkpoints wrote as delta pages (their changes over
+    /// a base page, without reading or rewriting it) since open.
+    pub delta_pages: u64,
     /// Page segments the cleaner deleted since open.
     pub cleaned_segments: u64,
     /// Bytes of live pages and values the cleaner copied out of old page
@@ -128,6 +131,7 @@ impl Db {
             failed_checkpoints: c.failed_checkpoints,
             write_stalls: c.write_stalls,
             write_stall_us: c.write_stall_us,
+            delta_pages: c.delta_pages,
             cleaned_segments: c.cleaned_segments,
             cleaner_copied_bytes: c.cleaner_copied_bytes,
             retiring_segments: c.retiring_segments,

@@ -39,6 +39,9 @@ pub enum RecordType {
     /// Fills a gap in a page segment so that pages stay inside 4 KiB
     /// blocks; its body is zeros and means nothing.
     Padding = 6,
+    /// A leaf's recent changes over its base page (see the tree's
+    /// `page` module): written instead of the whole leaf.
+    Delta = 7,
 }
 
 impl RecordType {
@@ -50,6 +53,7 @@ impl RecordType {
             4 => Self::Page,
             5 => Self::Blob,
             6 => Self::Padding,
+            7 => Self::Delta,
             _ => return None,
         })
     }

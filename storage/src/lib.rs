@@ -102,6 +102,10 @@ pub trait SegmentReader: Send + Sync {
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), IoError>;
     /// Current length of the segment.
     fn size(&self) -> Result<u64, IoError>;
+    /// A hint that `len` bytes at `offset` will be read soon: a backend
+    /// that can starts reading them now, without waiting, so that many
+    /// reads are in flight at once. Errors are ignored: it is only a hint.
+    fn will_need(&self, _offset: u64, _len: u64) {}
 }
 
 /// Reads `len` bytes at `offset` into a new buffer.

@@ -497,6 +497,26 @@ impl SegmentReader for LocalReader {
             .map_err(|e| IoError::new("stat", &self.name, e))?
             .len())
     }
+
+    fn will_need(&self, offset: u64, len: u64) {
+        // Starts reading the range into the page cache and returns without
+        // waiting for it: the device serves many such reads at once, where
+        // positioned reads one after another wait for each in turn.
+        let (Ok(offset), Ok(len)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len))
+        else {
+            return;
+        };
+        // SAFETY: posix_fadvise reads no memory of ours; the descriptor is
+        // open for as long as `self.file` lives, which outlasts the call.
+        unsafe {
+            libc::posix_fadvise(
+                std::os::fd::AsRawFd::as_raw_fd(&self.file),
+                offset,
+                len,
+                libc::POSIX_FADV_WILLNEED,
+            );
+        }
+    }
 }
 
 #[cfg(test)]

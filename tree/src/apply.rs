@@ -383,20 +383,15 @@ impl<'a> Ctx<'a> {
         size: usize,
     ) -> Node {
         match kind {
-            // A fresh delta over the node's own page once a checkpoint
-            // has written it; else the delta grows over the same base.
-            LeafBase::Page(at) => match self.pager.durable_page(node) {
-                Some(now) => Node::leaf_with_delta(
-                    LeafBase::Page(now),
-                    merged_delta(None, edits, true),
-                    size,
-                ),
-                None => Node::leaf_with_delta(
-                    LeafBase::Page(*at),
-                    merged_delta(delta, edits, true),
-                    size,
-                ),
-            },
+            // The delta grows over the same base, written or not: a
+            // checkpoint writes such a leaf as a delta page over that base
+            // (or, when the base's segment is being cleaned, whole; the
+            // leaves of later versions are then moved onto the new page,
+            // see `checkpoint::release_written`), and the leaf is rebuilt
+            // once its delta is full.
+            LeafBase::Page(at) => {
+                Node::leaf_with_delta(LeafBase::Page(*at), merged_delta(delta, edits, true), size)
+            }
             LeafBase::Mem(b) => {
                 let in_memory = Node::leaf_with_delta(
                     LeafBase::Mem(b.clone()),
@@ -508,11 +503,35 @@ impl<'a> Ctx<'a> {
         bigs: &[Arc<BigValue>],
         groups: &[Group],
     ) -> Result<Vec<(usize, Change)>, Error> {
+        // The children's pages that are not in memory are read one after
+        // another below; asking for them all first lets the device read
+        // them side by side (a batch of random updates over a tree larger
+        // than memory reads a leaf for most of its keys).
+        // A leaf read from a delta page names its base only once read: the
+        // bases are asked for in a second round, once every child is in.
+        let mut children = Vec::with_capacity(groups.len());
+        if groups.len() > 1 {
+            for g in groups {
+                self.pager.prefetch_child(node.child_ref(g.child));
+            }
+            for g in groups {
+                let child = self
+                    .pager
+                    .resolve(node.child_ref(g.child), node.level() - 1)?;
+                if let Some((LeafBase::Page(at), _)) = child.leaf_parts() {
+                    self.pager.prefetch(at.page);
+                }
+                children.push(child);
+            }
+        }
         let mut changes = Vec::new();
-        for g in groups {
-            let child = self
-                .pager
-                .resolve(node.child_ref(g.child), node.level() - 1)?;
+        for (i, g) in groups.iter().enumerate() {
+            let child = match children.get(i) {
+                Some(c) => c.clone(),
+                None => self
+                    .pager
+                    .resolve(node.child_ref(g.child), node.level() - 1)?,
+            };
             match self.apply_node(&child, &ops[g.ops.clone()], &bigs[g.bigs.clone()])? {
                 Change::Same => {}
                 change => changes.push((g.child, change)),

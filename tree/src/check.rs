@@ -5,7 +5,7 @@
 //! what it holds, and its recorded oldest segment is the oldest it uses. Keeps going past problems to report them all.
 
 use crate::leaf::{Entry, ValueRef};
-use crate::node::{Body, DiskRef, Node};
+use crate::node::{Body, DiskRef, LeafBase, Node};
 use crate::pager::Pager;
 use crate::read::leaf_entries;
 use std::sync::Arc;
@@ -50,6 +50,21 @@ fn visit(
     hi: Option<&[u8]>,
     report: &mut CheckReport,
 ) -> (u64, u32) {
+    // A written leaf whose base is a page is checked as written: a delta
+    // page over that base, or (written whole) a leaf page.
+    if let (Some(a), Some((LeafBase::Page(_), _))) = (at, node.leaf_parts()) {
+        match pager.load_uncached(a, 0) {
+            Ok(disk) if matches!(disk.leaf_parts(), Some((LeafBase::Page(_), _))) => {
+                return visit_delta(pager, &disk, a, lo, hi, report);
+            }
+            Ok(disk) => return visit(pager, &disk, at, lo, hi, report),
+            Err(e) => {
+                report.pages += 1;
+                report.problems.push(e.to_string());
+                return (a.subtree, a.oldest);
+            }
+        }
+    }
     report.pages += 1;
     let mut oldest = at.map_or(u32::MAX, |a| a.page.addr.segment);
     let out_of_range = |k: &[u8]| lo.is_some_and(|lo| k < lo) || hi.is_some_and(|hi| k >= hi);
@@ -134,6 +149,82 @@ fn visit(
                 a.page.addr, a.oldest
             ));
         }
+    }
+    (bytes, oldest)
+}
+
+/// [`visit`] for a delta page read from `at`: its base (a leaf page, visited
+/// as a child with the same key range), then its changes, each counted as
+/// the pair it adds or removes.
+fn visit_delta(
+    pager: &Pager,
+    node: &Arc<Node>,
+    at: DiskRef,
+    lo: Option<&[u8]>,
+    hi: Option<&[u8]>,
+    report: &mut CheckReport,
+) -> (u64, u32) {
+    report.pages += 1;
+    let Some((LeafBase::Page(base_at), Some(delta))) = node.leaf_parts() else {
+        unreachable!("a delta page decodes to a leaf over a page")
+    };
+    let mut bytes = u64::from(at.page.len);
+    let mut oldest = at.page.addr.segment;
+    let base = match pager.load_uncached(*base_at, 0) {
+        Ok(base) => base,
+        Err(e) => {
+            report.problems.push(e.to_string());
+            return (at.subtree, at.oldest);
+        }
+    };
+    let Some((LeafBase::Mem(base_entries), None)) = base.leaf_parts() else {
+        report.problems.push(format!(
+            "delta page {}: its base {} is not a leaf page",
+            at.page.addr, base_at.page.addr
+        ));
+        return (at.subtree, at.oldest);
+    };
+    let (b, o) = visit(pager, &base, Some(*base_at), lo, hi, report);
+    bytes += b;
+    oldest = oldest.min(o);
+    let out_of_range = |k: &[u8]| lo.is_some_and(|lo| k < lo) || hi.is_some_and(|hi| k >= hi);
+    for (k, e) in delta.iter() {
+        if out_of_range(k) {
+            report.problems.push(format!(
+                "delta page {}: keys outside the range its parent gives it",
+                at.page.addr
+            ));
+        }
+        let in_base = base_entries.find(k).is_ok();
+        match e {
+            Entry::Tombstone => report.pairs -= u64::from(in_base),
+            Entry::Value(v) => {
+                report.pairs += u64::from(!in_base);
+                if let ValueRef::Big(big) = v {
+                    report.blobs += 1;
+                    let durable = pager.durable_generations();
+                    if let Some(blob) = big.written.get(|g| durable.holds(g)) {
+                        bytes += u64::from(blob.len);
+                        oldest = oldest.min(blob.addr.segment);
+                    }
+                    if let Err(e) = pager.read_big(big) {
+                        report.problems.push(e.to_string());
+                    }
+                }
+            }
+        }
+    }
+    if at.subtree != bytes {
+        report.problems.push(format!(
+            "delta page {}: records a subtree of {} bytes, holds {bytes}",
+            at.page.addr, at.subtree
+        ));
+    }
+    if at.oldest != oldest {
+        report.problems.push(format!(
+            "delta page {}: records segment {} as the oldest of its subtree, uses {oldest}",
+            at.page.addr, at.oldest
+        ));
     }
     (bytes, oldest)
 }

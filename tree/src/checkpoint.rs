@@ -13,7 +13,7 @@
 
 use crate::leaf::{merge_into, BigValue, Entry, LeafData, ValueRef};
 use crate::node::{Body, ChildRef, DiskRef, InternalData, LeafBase, Node};
-use crate::page::{encode_internal, encode_leaf};
+use crate::page::{encode_delta, encode_internal, encode_leaf};
 use crate::pager::Pager;
 use crate::written::Durable;
 use kivi_log::{Error, PageRef, RecordType};
@@ -34,6 +34,8 @@ pub trait PageSink {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct WriteStats {
     pub pages: u64,
+    /// Of those, delta pages (a leaf's changes over its base page).
+    pub deltas: u64,
     pub blobs: u64,
     pub bytes: u64,
     /// Of those, records that were already durable and were copied because
@@ -168,6 +170,11 @@ impl TreeWriter<'_> {
         delta: &Option<LeafData>,
         relocating: Option<DiskRef>,
     ) -> Result<DiskRef, Error> {
+        if let (LeafBase::Page(base), Some(delta)) = (base_ref, delta) {
+            if base.oldest >= self.floor {
+                return self.write_delta(node, *base, delta);
+            }
+        }
         let base = self.pager.base(base_ref)?;
         let mut entries: Vec<(&[u8], ValueRef<'_>)> = Vec::with_capacity(base.len());
         let mut merged = Vec::new();
@@ -221,6 +228,46 @@ impl TreeWriter<'_> {
         Ok(r)
     }
 
+    /// Writes a leaf whose base is a page as a delta page: its changes over
+    /// that page, which stays as it is. The base is not read: after random
+    /// updates to a tree larger than memory, reading each changed leaf's
+    /// base back to write it whole was most of a checkpoint's work, and its
+    /// whole page most of the bytes it wrote. The delta grows with each
+    /// change until the leaf is rebuilt (`TreeConfig::delta_max`), and a
+    /// base in a segment being cleaned makes the leaf written whole.
+    fn write_delta(
+        &mut self,
+        node: &Node,
+        base: DiskRef,
+        delta: &LeafData,
+    ) -> Result<DiskRef, Error> {
+        let changes: Vec<(&[u8], Entry<'_>)> = delta.iter().collect();
+        let mut blobs = Vec::new();
+        let mut subtree = base.subtree;
+        let mut oldest = base.oldest;
+        for (_, e) in &changes {
+            if let Entry::Value(ValueRef::Big(b)) = e {
+                let blob = self.write_blob(b)?;
+                subtree += u64::from(blob.len);
+                oldest = oldest.min(blob.addr.segment);
+                blobs.push(blob);
+            }
+        }
+        let size = node.size();
+        let mut blob_refs = blobs.into_iter();
+        let page = self.write(RecordType::Delta, &mut |out| {
+            encode_delta(out, base, size, &changes, |_| {
+                blob_refs.next().expect("one blob ref per big value")
+            })
+        })?;
+        self.stats.deltas += 1;
+        Ok(DiskRef {
+            page,
+            subtree: subtree + u64::from(page.len),
+            oldest: oldest.min(page.addr.segment),
+        })
+    }
+
     /// Writes an internal node after its children: those in memory first
     /// (or, at the root of a slice, the stand-ins it keeps), and durable
     /// subtrees only when they hold records of a segment being cleaned.
@@ -231,6 +278,18 @@ impl TreeWriter<'_> {
         is_root: bool,
     ) -> Result<DiskRef, Error> {
         let n = base.children_len();
+        // What the loop below will read from storage, asked for first so the
+        // device reads it side by side: the bases of changed leaves that
+        // name a page, and durable subtrees being copied out of old segments.
+        for i in 0..n {
+            match node.child_ref(i) {
+                cref @ ChildRef::Mem(child, _) if child.written.get(self.valid).is_none() => {
+                    self.pager.prefetch_child(cref)
+                }
+                ChildRef::Disk(d) if d.oldest < self.floor => self.pager.prefetch(d.page),
+                _ => {}
+            }
+        }
         let mut children = Vec::with_capacity(n);
         for i in 0..n {
             let cref = node.child_ref(i);

@@ -13,18 +13,29 @@
 //!   | children × (PageRef (12 bytes) | varint subtree bytes | varint oldest segment)
 //!   | (children - 1) × separator = varint shared | varint suffix_len | suffix
 //! ```
+//! Delta page body (a `Delta` record: a leaf's recent changes, written in
+//! place of the whole leaf when its base is a page already on disk):
+//! ```text
+//! PageRef of the base (a leaf page) | varint base subtree bytes | varint base oldest segment
+//!   | varint size (the leaf's estimated live size) | varint count | count × change
+//! change = varint shared | varint suffix_len | suffix | varint (value_len << 2 | kind)
+//!          | value bytes (kind 0, inline)  or  PageRef of the blob record (kind 1)
+//!          (kind 2: a tombstone, no value)
+//! ```
+//! A delta page's subtree is itself, its blobs and its base's subtree.
+//!
 //! Keys and separators are prefix-compressed against the previous one in the
 //! page (`shared` bytes are taken from it). Child `i` holds keys in
 //! `[separator i-1, separator i)`.
 //!
 //! The decoder checks, before anything is used: every length against what is
 //! left; keys and separators strictly increasing and within the key limit;
-//! inline values within the inline limit; blob and child references pointing
-//! strictly before the page itself (so following references always moves back
-//! in the log and can never loop) and the expected level.
+//! inline values within the inline limit; blob, base and child references
+//! pointing into the page's own segment or older ones, never into the page
+//! itself; the expected level (a base is a leaf page, never a delta).
 
 use crate::leaf::{BigValue, Entry, LeafData, ValueRef, INLINE_VALUE_MAX};
-use crate::node::{ChildRef, DiskRef, InternalData, Node};
+use crate::node::{ChildRef, DiskRef, InternalData, LeafBase, Node};
 use kivi_log::codec::{put_varint, Reader};
 use kivi_log::{PageRef, MAX_KEY_LEN, MAX_VALUE_LEN, RECORD_HEADER_LEN};
 use std::sync::Arc;
@@ -61,6 +72,39 @@ pub fn encode_leaf<'a>(
                 put_varint(out, (u64::from(b.len) << 1) | 1);
                 blob_ref(b).encode(out);
             }
+        }
+        prev = key;
+    }
+}
+
+/// Encodes a delta page body: `changes` (puts and tombstones, in key order)
+/// over the leaf page `base`, the leaf's live content being `size` bytes.
+pub fn encode_delta<'a>(
+    out: &mut Vec<u8>,
+    base: DiskRef,
+    size: usize,
+    changes: &[(&'a [u8], Entry<'a>)],
+    mut blob_ref: impl FnMut(&BigValue) -> PageRef,
+) {
+    assert!(!changes.is_empty(), "an empty delta");
+    base.page.encode(out);
+    put_varint(out, base.subtree);
+    put_varint(out, u64::from(base.oldest));
+    put_varint(out, size as u64);
+    put_varint(out, changes.len() as u64);
+    let mut prev: &[u8] = &[];
+    for &(key, entry) in changes {
+        put_prefixed(out, prev, key);
+        match entry {
+            Entry::Value(ValueRef::Inline(v)) => {
+                put_varint(out, (v.len() as u64) << 2);
+                out.extend_from_slice(v);
+            }
+            Entry::Value(ValueRef::Big(b)) => {
+                put_varint(out, (u64::from(b.len) << 2) | 1);
+                blob_ref(b).encode(out);
+            }
+            Entry::Tombstone => put_varint(out, 2),
         }
         prev = key;
     }
@@ -145,6 +189,105 @@ fn check_ref_before(child: PageRef, at: PageRef) -> Result<(), &'static str> {
         return Err("reference points into the page itself");
     }
     Ok(())
+}
+
+/// Decodes and validates a delta page body found at `at` (a leaf: level 0).
+pub fn decode_delta(body: &[u8], at: DiskRef) -> Result<Node, String> {
+    let mut r = Reader::new(body);
+    let mut oldest = at.page.addr.segment;
+    let mut subtree = u64::from(at.page.len);
+    let node = decode_delta_body(&mut r, at.page, &mut oldest, &mut subtree)
+        .map_err(|what| format!("{what} (byte {} of the delta page)", r.pos()))?;
+    if oldest != at.oldest {
+        return Err(format!(
+            "its parent records segment {} as the oldest of its subtree, its references say {oldest}",
+            at.oldest
+        ));
+    }
+    if subtree != at.subtree {
+        return Err(format!(
+            "its parent records a subtree of {} bytes, the delta page and its base hold {subtree}",
+            at.subtree
+        ));
+    }
+    node.written.set_read(at);
+    Ok(node)
+}
+
+fn decode_delta_body(
+    r: &mut Reader<'_>,
+    at: PageRef,
+    oldest: &mut u32,
+    subtree: &mut u64,
+) -> Result<Node, &'static str> {
+    let page = PageRef::decode(r).map_err(|e| e.what)?;
+    check_ref_before(page, at)?;
+    let base_subtree = r.varint().map_err(|e| e.what)?;
+    if base_subtree < u64::from(page.len) {
+        return Err("base subtree smaller than its own page");
+    }
+    let base_oldest = r.varint().map_err(|e| e.what)?;
+    if base_oldest == 0 || base_oldest > u64::from(page.addr.segment) {
+        return Err("oldest segment of the base after its own page's");
+    }
+    let base = DiskRef {
+        page,
+        subtree: base_subtree,
+        oldest: base_oldest as u32,
+    };
+    *oldest = (*oldest).min(base.oldest);
+    *subtree = subtree
+        .checked_add(base_subtree)
+        .ok_or("subtree bytes overflow")?;
+    let size = r.len(u32::MAX as usize).map_err(|e| e.what)?;
+    // Each change takes at least 3 bytes; this bounds the allocation.
+    let count = r.len(r.remaining() / 3).map_err(|e| e.what)?;
+    if count == 0 {
+        return Err("empty delta page");
+    }
+    let mut delta = LeafData::with_capacity(count, r.remaining());
+    let mut key = Vec::with_capacity(64);
+    let mut prev = Vec::with_capacity(64);
+    for i in 0..count {
+        read_prefixed(r, &mut key)?;
+        if i > 0 && key <= prev {
+            return Err("delta keys not strictly increasing");
+        }
+        let tag = r.varint().map_err(|e| e.what)?;
+        let len = tag >> 2;
+        match tag & 3 {
+            0 => {
+                if len > INLINE_VALUE_MAX as u64 {
+                    return Err("inline value longer than the inline limit");
+                }
+                let v = r.bytes(len as usize).map_err(|e| e.what)?;
+                delta.push(&key, Entry::Value(ValueRef::Inline(v)));
+            }
+            1 => {
+                let blob = PageRef::decode(r).map_err(|e| e.what)?;
+                check_ref_before(blob, at)?;
+                *oldest = (*oldest).min(blob.addr.segment);
+                *subtree += u64::from(blob.len);
+                let blob_len = u64::from(blob.len) - RECORD_HEADER_LEN as u64;
+                if blob_len != len || len <= INLINE_VALUE_MAX as u64 || len > MAX_VALUE_LEN as u64 {
+                    return Err("blob reference with a wrong length");
+                }
+                delta.push(&key, Entry::Value(ValueRef::Big(&BigValue::on_disk(blob))));
+            }
+            2 if len == 0 => delta.push(&key, Entry::Tombstone),
+            _ => return Err("unknown change kind"),
+        }
+        std::mem::swap(&mut key, &mut prev);
+        key.clear();
+        key.extend_from_slice(&prev);
+    }
+    r.expect_end().map_err(|e| e.what)?;
+    delta.shrink();
+    Ok(Node::leaf_with_delta(
+        LeafBase::Page(base),
+        Some(delta),
+        size,
+    ))
 }
 
 fn decode_leaf(r: &mut Reader<'_>, at: PageRef, oldest: &mut u32) -> Result<Node, &'static str> {
@@ -326,6 +469,55 @@ mod tests {
         for (i, k) in keys.iter().enumerate() {
             assert_eq!(base.key(i), k.as_slice());
         }
+    }
+
+    #[test]
+    fn delta_pages_round_trip_and_check_their_base() {
+        let base = at(10);
+        let changes: Vec<(&[u8], Entry<'_>)> = vec![
+            (b"apple", Entry::Value(ValueRef::Inline(b"red"))),
+            (b"apricot", Entry::Tombstone),
+            (b"banana", Entry::Value(ValueRef::Inline(b""))),
+        ];
+        let mut out = Vec::new();
+        encode_delta(&mut out, base, 777, &changes, |_| unreachable!());
+        let whole = DiskRef {
+            subtree: base.subtree + 100,
+            ..at(1000)
+        };
+        let node = decode_delta(&out, whole).unwrap();
+        let Some((LeafBase::Page(b), Some(d))) = node.leaf_parts() else {
+            panic!("a delta page decodes to a leaf over its base")
+        };
+        assert_eq!(*b, base);
+        assert_eq!(node.size(), 777);
+        let got: Vec<_> = d.iter().collect();
+        assert_eq!(got.len(), 3);
+        assert_eq!(got[0].0, b"apple");
+        assert!(matches!(got[1].1, Entry::Tombstone));
+        // The parent's figures must be the delta page's plus its base's.
+        let wrong = DiskRef {
+            subtree: 100,
+            ..at(1000)
+        };
+        assert!(decode_delta(&out, wrong).unwrap_err().contains("subtree"));
+        // A base in a newer segment is refused.
+        let newer = DiskRef {
+            page: PageRef {
+                addr: Addr {
+                    segment: 9,
+                    offset: 0,
+                },
+                len: 100,
+            },
+            subtree: 100,
+            oldest: 9,
+        };
+        out.clear();
+        encode_delta(&mut out, newer, 1, &changes, |_| unreachable!());
+        assert!(decode_delta(&out, whole)
+            .unwrap_err()
+            .contains("newer segment"));
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use crate::leaf::{BigValue, LeafData};
 use crate::node::{ChildRef, DiskRef, LeafBase, Node};
-use crate::page::decode_page;
+use crate::page::{decode_delta, decode_page};
 use crate::written::Durable;
 use kivi_log::{decode_record_at, Corruption, Error, PageRef, RecordType};
 use kivi_storage::{SegmentReader, Storage};
@@ -38,6 +38,8 @@ pub struct PagerStats {
     pub misses: u64,
     pub page_reads: u64,
     pub blob_reads: u64,
+    /// Pages asked for ahead of their reads (`Pager::prefetch`).
+    pub prefetches: u64,
 }
 
 /// Segments the pager keeps open for reading, at most. Past it, opening one
@@ -75,6 +77,7 @@ pub struct Pager {
     failed_generations: RwLock<Vec<u64>>,
     page_reads: AtomicU64,
     blob_reads: AtomicU64,
+    prefetches: AtomicU64,
 }
 
 impl std::fmt::Debug for Pager {
@@ -101,6 +104,7 @@ impl Pager {
             failed_generations: RwLock::new(Vec::new()),
             page_reads: AtomicU64::new(0),
             blob_reads: AtomicU64::new(0),
+            prefetches: AtomicU64::new(0),
         }
     }
 
@@ -195,8 +199,38 @@ impl Pager {
                 // The cache holds the page's content as a leaf with a delta
                 // (a written leaf without a twin): read the plain page.
                 let node = self.load_uncached(*at, 0)?;
+                if !matches!(node.leaf_parts(), Some((LeafBase::Mem(_), None))) {
+                    return Err(self.corrupt(at.page, "a leaf's base is a delta page"));
+                }
                 self.insert_clean(*at, node.clone());
                 Ok(BaseHold::Loaded(node))
+            }
+        }
+    }
+
+    /// Starts reading `page` if the cache does not hold it, without waiting
+    /// (see `SegmentReader::will_need`): work that is about to read many
+    /// pages one after another asks for all of them first, and the device
+    /// serves them side by side.
+    pub fn prefetch(&self, page: PageRef) {
+        if self.cache.contains_key(&page.addr.as_u64()) {
+            return;
+        }
+        if let Ok(reader) = self.reader(page.addr.segment) {
+            self.prefetches.fetch_add(1, Ordering::Relaxed);
+            reader.will_need(u64::from(page.addr.offset), u64::from(page.len));
+        }
+    }
+
+    /// Prefetches what reading `child` would read from storage: its page,
+    /// or the page a leaf in memory names as its base.
+    pub fn prefetch_child(&self, child: &ChildRef) {
+        match child {
+            ChildRef::Disk(d) => self.prefetch(d.page),
+            ChildRef::Mem(node, _) => {
+                if let Some((LeafBase::Page(at), _)) = node.leaf_parts() {
+                    self.prefetch(at.page);
+                }
             }
         }
     }
@@ -222,6 +256,7 @@ impl Pager {
             misses: self.cache.misses(),
             page_reads: self.page_reads.load(Ordering::Relaxed),
             blob_reads: self.blob_reads.load(Ordering::Relaxed),
+            prefetches: self.prefetches.load(Ordering::Relaxed),
         }
     }
 
@@ -261,6 +296,16 @@ impl Pager {
 
     /// Reads a whole record with one positioned read and checks its frame.
     fn read_record(&self, page: PageRef, ty: RecordType) -> Result<Vec<u8>, Error> {
+        self.read_record_of(page, &[ty]).map(|(_, body)| body)
+    }
+
+    /// Reads a whole record that must be of one of the types `types`.
+    fn read_record_of(
+        &self,
+        page: PageRef,
+        types: &[RecordType],
+    ) -> Result<(RecordType, Vec<u8>), Error> {
+        let ty = types[0];
         let reader = match self.reader(page.addr.segment) {
             Err(Error::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Err(self.corrupt(page, "reference to a segment that does not exist"));
@@ -279,15 +324,34 @@ impl Pager {
             u64::from(page.addr.segment),
             u64::from(page.addr.offset),
         ) {
-            Ok((found, _, n)) if found == ty && n == buf.len() => {}
-            Ok((found, _, _)) if found != ty => {
+            Ok((found, _, n)) if types.contains(&found) && n == buf.len() => {}
+            Ok((found, _, _)) if !types.contains(&found) => {
                 return Err(self.corrupt(page, format!("expected a {ty:?} record, found {found:?}")))
             }
             Ok(_) => return Err(self.corrupt(page, "record length differs from its reference")),
             Err(e) => return Err(self.corrupt(page, e.describe())),
         }
+        let found = RecordType::from_u8(buf[8]).expect("decoded above");
         buf.drain(..kivi_log::RECORD_HEADER_LEN);
-        Ok(buf)
+        Ok((found, buf))
+    }
+
+    /// Reads and decodes the node at `at`: a page, or at level 0 a page or
+    /// a delta page.
+    fn read_node(&self, at: DiskRef, level: u8) -> Result<Node, Error> {
+        let page = at.page;
+        self.page_reads.fetch_add(1, Ordering::Relaxed);
+        let types: &[RecordType] = if level == 0 {
+            &[RecordType::Page, RecordType::Delta]
+        } else {
+            &[RecordType::Page]
+        };
+        let (ty, body) = self.read_record_of(page, types)?;
+        let node = match ty {
+            RecordType::Delta => decode_delta(&body, at),
+            _ => decode_page(&body, at, level),
+        };
+        node.map_err(|what| self.corrupt(page, what))
     }
 
     /// The node stored at `page`, which must be at `level`.
@@ -303,22 +367,14 @@ impl Pager {
             }
             return Ok(node);
         }
-        self.page_reads.fetch_add(1, Ordering::Relaxed);
-        let body = self.read_record(page, RecordType::Page)?;
-        let node =
-            Arc::new(decode_page(&body, at, level).map_err(|what| self.corrupt(page, what))?);
+        let node = Arc::new(self.read_node(at, level)?);
         self.cache.insert(key, node.clone());
         Ok(node)
     }
 
     /// Reads and validates the page at `page` from storage, bypassing the cache.
     pub fn load_uncached(&self, at: DiskRef, level: u8) -> Result<Arc<Node>, Error> {
-        let page = at.page;
-        self.page_reads.fetch_add(1, Ordering::Relaxed);
-        let body = self.read_record(page, RecordType::Page)?;
-        Ok(Arc::new(
-            decode_page(&body, at, level).map_err(|what| self.corrupt(page, what))?,
-        ))
+        Ok(Arc::new(self.read_node(at, level)?))
     }
 
     /// The node at `at` for the cleaner to copy: from the cache if it is
