@@ -99,6 +99,7 @@ fn human(dir: &str, s: &kivi::Stats) -> String {
         ("failed commits", s.failed_commits.to_string()),
         ("checkpoints", s.checkpoints.to_string()),
         ("sliced checkpoints", s.sliced_checkpoints.to_string()),
+        ("delta pages written", s.delta_pages.to_string()),
         ("failed checkpoints", s.failed_checkpoints.to_string()),
         (
             "write stalls",

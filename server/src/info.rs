@@ -125,6 +125,7 @@ pub fn render(shared: &Shared, sections: &[Vec<u8>]) -> String {
             ("commit_segments", st.commit_segments.to_string()),
             ("page_segments", st.page_segments.to_string()),
             ("cleaned_segments", st.cleaned_segments.to_string()),
+            ("delta_pages", st.delta_pages.to_string()),
             ("cleaner_copied_bytes", st.cleaner_copied_bytes.to_string()),
             (
                 "last_error",

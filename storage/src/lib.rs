@@ -106,6 +106,10 @@ pub trait SegmentReader: Send + Sync {
     /// that can starts reading them now, without waiting, so that many
     /// reads are in flight at once. Errors are ignored: it is only a hint.
     fn will_need(&self, _offset: u64, _len: u64) {}
+    /// A hint that this reader reads records here and there, never on
+    /// through the segment: a backend that reads ahead of sequential reads
+    /// should not. Errors are ignored.
+    fn reads_at_random(&self) {}
 }
 
 /// Reads `len` bytes at `offset` into a new buffer.

@@ -498,6 +498,23 @@ impl SegmentReader for LocalReader {
             .len())
     }
 
+    fn reads_at_random(&self) {
+        // The kernel reads ahead of reads that look sequential (up to 128
+        // KiB and more): pages of one leaf after another written together
+        // look so, and a short scan or a lookup then paid for pages nobody
+        // read, in a container's page cache too. kivi asks for what it
+        // will read itself (`will_need`).
+        // SAFETY: as in `will_need`: integers only, the descriptor is open.
+        unsafe {
+            libc::posix_fadvise(
+                std::os::fd::AsRawFd::as_raw_fd(&self.file),
+                0,
+                0,
+                libc::POSIX_FADV_RANDOM,
+            );
+        }
+    }
+
     fn will_need(&self, offset: u64, len: u64) {
         // Starts reading the range into the page cache and returns without
         // waiting for it: the device serves many such reads at once, where

@@ -276,6 +276,9 @@ impl Pager {
             return Ok(r.clone());
         }
         let r = self.storage.open_segment(u64::from(segment))?;
+        // Pages are read one at a time, wherever they are; whatever is to
+        // be read next is asked for explicitly (`prefetch`).
+        r.reads_at_random();
         let mut readers = self.readers.write();
         while readers.len() >= self.max_open {
             let victim = *readers.keys().next().expect("the map is not empty");

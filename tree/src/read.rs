@@ -306,7 +306,16 @@ pub struct Cursor {
     /// The previous leaf's `prefetch_ahead` already asked for the leaf the
     /// cursor moves to next, so arriving there need not ask again.
     next_prefetched: bool,
+    /// Leaves moved to since the last seek: the read-ahead window doubles
+    /// with each, from 2 to `READ_AHEAD_MAX` leaves.
+    leaves_moved: u32,
+    /// The parent whose children were asked for ahead, and up to which
+    /// distance from the child the cursor was on then.
+    read_ahead: Option<(usize, usize, usize)>,
 }
+
+/// Most leaves a scan asks for ahead of the one it reads.
+const READ_AHEAD_MAX: usize = 32;
 
 impl Cursor {
     pub fn new(root: Option<Arc<Node>>) -> Self {
@@ -319,6 +328,8 @@ impl Cursor {
             has_edge: false,
             forward: true,
             next_prefetched: false,
+            leaves_moved: 0,
+            read_ahead: None,
         }
     }
 
@@ -368,6 +379,8 @@ impl Cursor {
         self.has_edge = false;
         self.forward = forward;
         self.next_prefetched = false;
+        self.leaves_moved = 0;
+        self.read_ahead = None;
         self.root.clone()
     }
 
@@ -474,6 +487,52 @@ impl Cursor {
         self.next_prefetched = near.is_some();
     }
 
+    /// Asks for the pages of the leaves after the one just moved to
+    /// (siblings under the same parent), as many as the cursor has moved
+    /// through so far, doubled, up to `READ_AHEAD_MAX`: a short scan asks
+    /// for little it will not read, a long one keeps the device busy.
+    fn read_ahead(&mut self, pager: &Pager) {
+        self.leaves_moved = self.leaves_moved.saturating_add(1);
+        let Some((parent, i)) = self.stack.last() else {
+            return;
+        };
+        let window = (1usize << self.leaves_moved.min(8)).min(READ_AHEAD_MAX);
+        // The parent's address, only compared. A parent read from disk and
+        // since evicted could share it with a later one; the cost is a few
+        // pages not asked for ahead.
+        let parent_ptr = Arc::as_ptr(parent) as usize;
+        let done = match self.read_ahead {
+            Some((p, at, upto)) if p == parent_ptr => upto.saturating_sub(at.abs_diff(*i)),
+            _ => 0,
+        };
+        let n = parent.children_len();
+        let sibling = |step: usize| {
+            if self.forward {
+                i.checked_add(step).filter(|&j| j < n)
+            } else {
+                i.checked_sub(step)
+            }
+        };
+        for step in done + 1..=window {
+            let Some(j) = sibling(step) else { break };
+            pager.prefetch_child(parent.child_ref(j));
+        }
+        // A leaf written as a delta page names its base only once read:
+        // the nearer half of the window, asked for a step or more ago, is
+        // read now (from the page cache, as a rule) and its bases asked for.
+        for step in (done / 2).max(1)..=window / 2 {
+            let Some(j) = sibling(step) else { break };
+            if let ChildRef::Disk(d) = parent.child_ref(j) {
+                if let Ok(child) = pager.load(*d, 0) {
+                    if let Some((LeafBase::Page(base), _)) = child.leaf_parts() {
+                        pager.prefetch(base.page);
+                    }
+                }
+            }
+        }
+        self.read_ahead = Some((parent_ptr, *i, window.max(done)));
+    }
+
     fn next_leaf(&mut self, pager: &Pager) -> Result<(), Error> {
         loop {
             if let Some(k) = self.view.last_key() {
@@ -495,6 +554,7 @@ impl Cursor {
             self.stack.push((node, i));
             self.descend(pager, child, &|_| 0)?;
             self.prefetch_ahead();
+            self.read_ahead(pager);
             if let (true, Some(first)) = (self.has_edge, self.view.first_key()) {
                 if first <= self.edge.as_slice() {
                     return Err(order_error(first));
@@ -527,6 +587,7 @@ impl Cursor {
             self.stack.push((node, i));
             self.descend(pager, child, &|n: &Node| n.children_len() - 1)?;
             self.prefetch_ahead();
+            self.read_ahead(pager);
             self.view.seek_end();
             if let (true, Some(last)) = (self.has_edge, self.view.last_key()) {
                 if last >= self.edge.as_slice() {
