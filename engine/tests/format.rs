@@ -11,7 +11,8 @@
 //! commit log after it, replayed at open. It has deletes (of pairs in the
 //! checkpoint and of pairs written after it), batches, binary and long keys,
 //! empty values, values inline and out of line (over 1 KiB), and values over
-//! 4 KiB (a default page).
+//! 4 KiB (a default page). From format 4 on, a second checkpoint writes the
+//! leaves changed since the first as delta pages over their pages.
 //!
 //! To write the fixture for the current version (only when the format
 //! changed, into a new directory; never rewrite an existing one):
@@ -68,9 +69,10 @@ fn value(i: u32, round: u32) -> Vec<u8> {
         .collect()
 }
 
-/// What the fixture's writer did, in order. Never change this for an
-/// existing fixture: the test checks the fixture against it.
-fn steps() -> Vec<Step> {
+/// What the writer of format `version`'s fixture did, in order. Never
+/// change this for an existing fixture: the test checks the fixture
+/// against it.
+fn steps(version: u32) -> Vec<Step> {
     use Step::*;
     let mut s = Vec::new();
     // Before the checkpoint.
@@ -94,6 +96,19 @@ fn steps() -> Vec<Step> {
             .collect(),
     ));
     s.push(Checkpoint);
+    if version >= 4 {
+        // Format 4: leaves changed over their pages (the writer's cache is
+        // too small to keep them) go to a second checkpoint as delta
+        // pages: puts, a value out of line, deletes.
+        for i in (0..300).step_by(13) {
+            s.push(Put(key(i), value(i, 5)));
+        }
+        s.push(Put(key(101), value(150, 5)));
+        for i in (3..300).step_by(17) {
+            s.push(Delete(key(i)));
+        }
+        s.push(Checkpoint);
+    }
     // After it: only in the commit log.
     for i in (0..300).step_by(5) {
         s.push(Put(key(i), value(i, 2)));
@@ -118,10 +133,10 @@ fn steps() -> Vec<Step> {
     s
 }
 
-/// The pairs the store holds after `steps()`.
-fn expected() -> Model {
+/// The pairs the store holds after `steps(version)`.
+fn expected(version: u32) -> Model {
     let mut m = Model::new();
-    for step in steps() {
+    for step in steps(version) {
         match step {
             Step::Put(k, v) => {
                 m.insert(k, v);
@@ -143,11 +158,16 @@ fn expected() -> Model {
     m
 }
 
-/// The options the fixture is written with: no checkpoint but the one it
-/// asks for (and none when it is closed: the backlog is small).
+/// The options the fixture is written with: no checkpoint but those it
+/// asks for (and none when it is closed: the backlog is small), and the
+/// smallest cache allowed, too small to keep the written leaves (1 KiB
+/// pages) in memory, so that leaves changed after a checkpoint name their
+/// pages as their bases.
 fn opts() -> Options {
     Options {
         checkpoint_bytes: 1 << 30,
+        cache_bytes: 64 << 10,
+        page_size: 1024,
         ..Options::default()
     }
 }
@@ -199,7 +219,7 @@ fn reads_back_exactly(version: u32) {
         stats.replayed_at_open > 0,
         "nothing replayed from the commit log"
     );
-    let want = expected();
+    let want = expected(version);
     for (k, v) in &want {
         let got = db.get(k).unwrap();
         assert!(
@@ -210,7 +230,7 @@ fn reads_back_exactly(version: u32) {
             v.len()
         );
     }
-    for step in steps() {
+    for step in steps(version) {
         if let Step::Delete(k) = step {
             if !want.contains_key(&k) {
                 assert_eq!(
@@ -276,8 +296,9 @@ fn write_the_format_fixture() {
         "{} exists: a fixture is never rewritten (delete it by hand if you must)",
         dir.display()
     );
+    let version = kivi_log::FORMAT_VERSION;
     let db = Db::open(&dir, opts()).unwrap();
-    for step in steps() {
+    for step in steps(version) {
         match step {
             Step::Put(k, v) => db.put(&k, &v).unwrap(),
             Step::Delete(k) => {
@@ -297,7 +318,14 @@ fn write_the_format_fixture() {
         }
     }
     let stats = db.stats().unwrap();
-    assert_eq!(stats.checkpoints, 1, "one checkpoint, the one asked for");
+    let asked = steps(version)
+        .iter()
+        .filter(|s| matches!(s, Step::Checkpoint))
+        .count();
+    assert_eq!(stats.checkpoints, asked as u64, "the checkpoints asked for");
+    if version >= 4 {
+        assert!(stats.delta_pages > 0, "no delta pages in the fixture");
+    }
     db.close().unwrap();
     // What the writer left: every key, with the last part only in the log.
     let db = Db::open(
@@ -309,5 +337,5 @@ fn write_the_format_fixture() {
     )
     .unwrap();
     assert!(db.stats().unwrap().replayed_at_open > 0);
-    assert!(dump(&db) == expected());
+    assert!(dump(&db) == expected(version));
 }

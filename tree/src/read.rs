@@ -306,8 +306,8 @@ pub struct Cursor {
     /// The previous leaf's `prefetch_ahead` already asked for the leaf the
     /// cursor moves to next, so arriving there need not ask again.
     next_prefetched: bool,
-    /// Leaves moved to since the last seek: the read-ahead window doubles
-    /// with each, from 2 to `READ_AHEAD_MAX` leaves.
+    /// Leaves moved to since the last seek: the read-ahead window starts at
+    /// one leaf and doubles with each, up to `READ_AHEAD_MAX`.
     leaves_moved: u32,
     /// The parent whose children were asked for ahead, and up to which
     /// distance from the child the cursor was on then.
@@ -488,15 +488,15 @@ impl Cursor {
     }
 
     /// Asks for the pages of the leaves after the one just moved to
-    /// (siblings under the same parent), as many as the cursor has moved
-    /// through so far, doubled, up to `READ_AHEAD_MAX`: a short scan asks
-    /// for little it will not read, a long one keeps the device busy.
+    /// (siblings under the same parent): one at the first move, doubling
+    /// with each, up to `READ_AHEAD_MAX`: a short scan asks for little it
+    /// will not read, a long one keeps the device busy.
     fn read_ahead(&mut self, pager: &Pager) {
         self.leaves_moved = self.leaves_moved.saturating_add(1);
         let Some((parent, i)) = self.stack.last() else {
             return;
         };
-        let window = (1usize << self.leaves_moved.min(8)).min(READ_AHEAD_MAX);
+        let window = (1usize << (self.leaves_moved - 1).min(8)).min(READ_AHEAD_MAX);
         // The parent's address, only compared. A parent read from disk and
         // since evicted could share it with a later one; the cost is a few
         // pages not asked for ahead.
