@@ -10,7 +10,7 @@
 //! cleaner's (`cleaner::plan`).
 
 use crate::backpressure::Backpressure;
-use crate::cleaner::plan::{choose_slice, slice_floor, Plan, SliceCandidate, SLICES};
+use crate::cleaner::plan::{choose_slice, slice_floor, Plan, SliceCandidate};
 use crate::cleaner::Cleaner;
 use crate::commit::CommitPath;
 use crate::counters::CheckpointDone;
@@ -99,14 +99,6 @@ impl State {
         let Some(prev) = &self.root_slices else {
             return Vec::new();
         };
-        // Slices bound what one checkpoint writes to about a `SLICES`th of
-        // the tree. Changes smaller than that are written whole: after
-        // random updates to a tree larger than memory they are mostly delta
-        // pages, a few hundred bytes per changed leaf, and a slice would
-        // only make its cleaning line rewrite old leaves whole.
-        if pager.dirty_bytes() <= tree_bytes / SLICES {
-            return Vec::new();
-        }
         let now = root_children(pager, root);
         // Where child `i` of a list of range starts ends (`None`: at the end).
         let prev_high = |j: usize| prev.get(j + 1).map(|c| &c.low);
