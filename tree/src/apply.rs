@@ -8,8 +8,8 @@
 //! it merges with a sibling, and the root grows or shrinks a level as needed.
 
 use crate::leaf::{
-    common_prefix_len, compare_keys, compare_past_heads, entry_size, head, merge_into, BigValue,
-    Entry, LeafData, ValueRef, INLINE_VALUE_MAX,
+    compare_keys, compare_past_heads, entry_size, head, merge_into, BigValue, Entry, LeafData,
+    ValueRef, INLINE_VALUE_MAX,
 };
 use crate::node::{Body, ChildRef, InternalData, LeafBase, Node, Patches};
 
@@ -456,28 +456,11 @@ impl<'a> Ctx<'a> {
 
     /// Builds leaves from live entries in key order.
     fn build_leaves(&mut self, entries: &[(&[u8], Entry<'_>)], append: bool) -> Vec<Piece> {
-        // Each key counted past the prefix it shares with the one before, as
-        // pages store it (and `LeafData::size` counts); the first key of a
-        // page shares nothing, so the target leaves room for the longest
-        // prefix any key would lose.
-        let mut longest_shared = 0;
         let sizes: Vec<usize> = entries
             .iter()
-            .enumerate()
-            .map(|(i, (k, e))| {
-                let shared = i
-                    .checked_sub(1)
-                    .map_or(0, |p| common_prefix_len(entries[p].0, k));
-                longest_shared = longest_shared.max(shared);
-                entry_size(k.len() - shared, *e)
-            })
+            .map(|(k, e)| entry_size(k.len(), *e))
             .collect();
-        let target = self
-            .cfg
-            .page_target
-            .saturating_sub(longest_shared)
-            .max(self.cfg.page_target / 2);
-        let runs = cut(&sizes, target, append, 1);
+        let runs = cut(&sizes, self.cfg.page_target, append, 1);
         let mut pieces = Vec::with_capacity(runs.len());
         let mut prev_last: Option<&[u8]> = None;
         for run in runs {

@@ -398,8 +398,11 @@ fn bulk_load_in_order_fills_pages() {
         "bulk load: {per_pair:.1} bytes per pair, root level {}",
         h.root.as_ref().unwrap().level()
     );
+    // Each 4 KiB block of the page log holds one full leaf and a tail of
+    // about a tenth no other page fills (86 bytes a pair; 77 before pages
+    // were packed into blocks; see `LeafData::size`).
     assert!(
-        per_pair < 85.0,
+        per_pair < 88.0,
         "{per_pair:.1} bytes per kv40 pair after a bulk load"
     );
 }
