@@ -137,20 +137,25 @@ fn visit(
         }
     }
     if let Some(a) = at {
-        if a.subtree != bytes {
-            report.problems.push(format!(
-                "page {}: records a subtree of {} bytes, holds {bytes}",
-                a.page.addr, a.subtree
-            ));
-        }
-        if a.oldest != oldest {
-            report.problems.push(format!(
-                "page {}: records segment {} as the oldest of its subtree, uses {oldest}",
-                a.page.addr, a.oldest
-            ));
-        }
+        check_figures(report, "page", a, bytes, oldest);
     }
     (bytes, oldest)
+}
+
+/// Compares what a parent records of the subtree at `at` with what it holds.
+fn check_figures(report: &mut CheckReport, what: &str, at: DiskRef, bytes: u64, oldest: u32) {
+    if at.subtree != bytes {
+        report.problems.push(format!(
+            "{what} {}: records a subtree of {} bytes, holds {bytes}",
+            at.page.addr, at.subtree
+        ));
+    }
+    if at.oldest != oldest {
+        report.problems.push(format!(
+            "{what} {}: records segment {} as the oldest of its subtree, uses {oldest}",
+            at.page.addr, at.oldest
+        ));
+    }
 }
 
 /// [`visit`] for a delta page read from `at`: its base (a leaf page, visited
@@ -214,17 +219,6 @@ fn visit_delta(
             }
         }
     }
-    if at.subtree != bytes {
-        report.problems.push(format!(
-            "delta page {}: records a subtree of {} bytes, holds {bytes}",
-            at.page.addr, at.subtree
-        ));
-    }
-    if at.oldest != oldest {
-        report.problems.push(format!(
-            "delta page {}: records segment {} as the oldest of its subtree, uses {oldest}",
-            at.page.addr, at.oldest
-        ));
-    }
+    check_figures(report, "delta page", at, bytes, oldest);
     (bytes, oldest)
 }

@@ -38,8 +38,6 @@ pub struct PagerStats {
     pub misses: u64,
     pub page_reads: u64,
     pub blob_reads: u64,
-    /// Pages asked for ahead of their reads (`Pager::prefetch`).
-    pub prefetches: u64,
 }
 
 /// Segments the pager keeps open for reading, at most. Past it, opening one
@@ -77,7 +75,6 @@ pub struct Pager {
     failed_generations: RwLock<Vec<u64>>,
     page_reads: AtomicU64,
     blob_reads: AtomicU64,
-    prefetches: AtomicU64,
 }
 
 impl std::fmt::Debug for Pager {
@@ -104,7 +101,6 @@ impl Pager {
             failed_generations: RwLock::new(Vec::new()),
             page_reads: AtomicU64::new(0),
             blob_reads: AtomicU64::new(0),
-            prefetches: AtomicU64::new(0),
         }
     }
 
@@ -217,7 +213,6 @@ impl Pager {
             return;
         }
         if let Ok(reader) = self.reader(page.addr.segment) {
-            self.prefetches.fetch_add(1, Ordering::Relaxed);
             reader.will_need(u64::from(page.addr.offset), u64::from(page.len));
         }
     }
@@ -256,7 +251,6 @@ impl Pager {
             misses: self.cache.misses(),
             page_reads: self.page_reads.load(Ordering::Relaxed),
             blob_reads: self.blob_reads.load(Ordering::Relaxed),
-            prefetches: self.prefetches.load(Ordering::Relaxed),
         }
     }
 
