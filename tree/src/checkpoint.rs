@@ -2,7 +2,7 @@
 //!
 //! [`write_tree`] writes every node of a version that is not yet on disk,
 //! children before parents (so each parent can name its children's
-//! addresses, and every reference points backwards in the log), out-of-line
+//! addresses, in the same segment or an older one), out-of-line
 //! values before their leaves. Nodes already written by a durable checkpoint
 //! are referenced, not rewritten: only what changed since is written.
 //!
