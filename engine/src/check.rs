@@ -214,8 +214,8 @@ fn check_log(
 /// committed (garbage, which a writable open deletes); while the store
 /// runs, those of the checkpoint being written (this check holds the
 /// checkpointer, so the page log does not move underneath it). They are
-/// not read. Every record up to the end must be a valid page or blob
-/// record.
+/// not read. Every record up to the end must be a valid page, delta, blob
+/// or padding record.
 fn check_page_segments(
     storage: &dyn Storage,
     headers: &Headers,
