@@ -264,14 +264,8 @@ fn decode_delta_body(
                 delta.push(&key, Entry::Value(ValueRef::Inline(v)));
             }
             1 => {
-                let blob = PageRef::decode(r).map_err(|e| e.what)?;
-                check_ref_before(blob, at)?;
-                *oldest = (*oldest).min(blob.addr.segment);
+                let blob = read_blob_ref(r, at, len, oldest)?;
                 *subtree += u64::from(blob.len);
-                let blob_len = u64::from(blob.len) - RECORD_HEADER_LEN as u64;
-                if blob_len != len || len <= INLINE_VALUE_MAX as u64 || len > MAX_VALUE_LEN as u64 {
-                    return Err("blob reference with a wrong length");
-                }
                 delta.push(&key, Entry::Value(ValueRef::Big(&BigValue::on_disk(blob))));
             }
             2 if len == 0 => delta.push(&key, Entry::Tombstone),
@@ -288,6 +282,24 @@ fn decode_delta_body(
         Some(delta),
         size,
     ))
+}
+
+/// The reference to the blob of a value `len` bytes long, in the page at
+/// `at`, checked; `oldest` takes in its segment.
+fn read_blob_ref(
+    r: &mut Reader<'_>,
+    at: PageRef,
+    len: u64,
+    oldest: &mut u32,
+) -> Result<PageRef, &'static str> {
+    let blob = PageRef::decode(r).map_err(|e| e.what)?;
+    check_ref_before(blob, at)?;
+    *oldest = (*oldest).min(blob.addr.segment);
+    let blob_len = u64::from(blob.len) - RECORD_HEADER_LEN as u64;
+    if blob_len != len || len <= INLINE_VALUE_MAX as u64 || len > MAX_VALUE_LEN as u64 {
+        return Err("blob reference with a wrong length");
+    }
+    Ok(blob)
 }
 
 fn decode_leaf(r: &mut Reader<'_>, at: PageRef, oldest: &mut u32) -> Result<Node, &'static str> {
@@ -313,13 +325,7 @@ fn decode_leaf(r: &mut Reader<'_>, at: PageRef, oldest: &mut u32) -> Result<Node
             let v = r.bytes(len as usize).map_err(|e| e.what)?;
             leaf.push(&key, Entry::Value(ValueRef::Inline(v)));
         } else {
-            let blob = PageRef::decode(r).map_err(|e| e.what)?;
-            check_ref_before(blob, at)?;
-            *oldest = (*oldest).min(blob.addr.segment);
-            let blob_len = u64::from(blob.len) - RECORD_HEADER_LEN as u64;
-            if blob_len != len || len <= INLINE_VALUE_MAX as u64 || len > MAX_VALUE_LEN as u64 {
-                return Err("blob reference with a wrong length");
-            }
+            let blob = read_blob_ref(r, at, len, oldest)?;
             leaf.push(&key, Entry::Value(ValueRef::Big(&BigValue::on_disk(blob))));
         }
         std::mem::swap(&mut key, &mut prev);
