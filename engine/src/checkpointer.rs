@@ -365,7 +365,7 @@ fn write_and_commit(
         root: root.map(|d| d.page),
         root_level: v.root.as_ref().map_or(0, |r| r.level()),
         page_end: c.pages.end(),
-        pairs: v.pairs,
+        pairs: store.tree_pairs(v)?,
         tree_bytes: root.map_or(0, |d| d.subtree),
         root_oldest: root.map_or(0, |d| d.oldest),
     };

@@ -453,7 +453,11 @@ fn next_version(
     match applied {
         Some(a) => {
             debug_assert!(base.buffer.is_empty());
-            let pairs = (base.pairs as i64 + a.pairs_delta) as u64;
+            let tree_pairs = base
+                .pairs
+                .known()
+                .expect("a version with an empty write buffer has a known count");
+            let pairs = (tree_pairs as i64 + a.pairs_delta) as u64;
             Version {
                 epoch: base.epoch.clone(),
                 // A new buffer for the new tree: what a buffer learns

@@ -137,7 +137,7 @@ impl Db {
         )?;
         let pager = Pager::new(storage.clone(), opts.cache_bytes);
         let tree_cfg = TreeConfig::for_page_size(opts.page_size);
-        let rec = recover(&storage, &pager, &tree_cfg, store_id)?;
+        let rec = recover(&storage, &pager, store_id)?;
         let ids = Arc::new(SegmentIds::after(rec.max_segment_id));
         let pacer = Arc::new(Pacer::new());
         let (writer, pages) = if opts.read_only {
@@ -164,16 +164,14 @@ impl Db {
                 rec.page_segments.clone(),
                 pacer.clone(),
             );
-            (Some(Writer::new(log, rec.version.seq)), Some(pages))
+            (Some(Writer::new(log, rec.version.visible_seq)), Some(pages))
         };
         let checkpointer = Checkpointer::new(
             pages,
             rec.checkpoint.as_ref().map_or(0, unreferenced_below),
             rec.checkpoint.as_ref().map_or(0, |c| c.replay_from),
         );
-        let mut version = rec.version;
-        version.log_bytes = rec.redo_bytes;
-        version.visible_log_bytes = rec.redo_bytes;
+        let version = rec.version;
         let counters = Counters::after_open(rec.checkpoint.map(|c| (c.tree_bytes, c.seq)));
         let read_only = opts.read_only;
         let opened = OpenReport {

@@ -11,7 +11,7 @@
 use crate::counters::Counters;
 use crate::error::{Error, Result};
 use crate::options::Options;
-use crate::version::{Reclaimer, Version};
+use crate::version::{Reclaimer, TreePairs, Version};
 use crate::write_buffer::{Lookup, SpareArrays};
 use arc_swap::{ArcSwap, Guard};
 use kivi_storage::Storage;
@@ -178,7 +178,16 @@ impl Store {
     /// Pairs in version `v`: the tree's, changed by what the buffer holds.
     pub fn pairs(&self, v: &Version) -> Result<u64> {
         let delta = self.buffer_pairs_delta(v)?;
-        Ok((v.pairs as i64 + delta) as u64)
+        Ok((self.tree_pairs(v)? as i64 + delta) as u64)
+    }
+
+    /// Pairs in the tree of version `v` (counted the first time after an
+    /// open that replayed into the buffer: see `TreePairs`).
+    pub fn tree_pairs(&self, v: &Version) -> Result<u64> {
+        match &v.pairs {
+            TreePairs::Known(n) => Ok(*n),
+            TreePairs::AfterOpen(count) => Ok(count.count(&self.pager, v.root.as_ref())?),
+        }
     }
 
     pub fn buffer_pairs_delta(&self, v: &Version) -> Result<i64> {
@@ -234,10 +243,12 @@ impl Store {
             parallel: !background,
             ..self.tree_cfg
         };
+        // Before the tree changes: counting it may look keys up in it.
+        let tree_pairs = self.tree_pairs(base)?;
         let a = base
             .buffer
             .with_newest(|ops| apply(&self.pager, &cfg, base.root.as_ref(), ops))?;
-        let pairs = (base.pairs as i64 + a.pairs_delta) as u64;
+        let pairs = (tree_pairs as i64 + a.pairs_delta) as u64;
         let next = Arc::new(Version {
             epoch: base.epoch.clone(),
             ..Version::of_tree(a.root, base.visible_seq, pairs, base.visible_log_bytes)

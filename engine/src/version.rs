@@ -1,5 +1,5 @@
 use crate::write_buffer::WriteBuffer;
-use kivi_tree::Node;
+use kivi_tree::{get_into, Node, Pager};
 use parking_lot::Mutex;
 use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
 use std::sync::Arc;
@@ -22,8 +22,8 @@ pub(crate) struct Version {
     pub root: Option<Arc<Node>>,
     /// Sequence number of the last commit the tree includes.
     pub seq: u64,
-    /// Pairs in the tree.
-    pub pairs: u64,
+    /// Pairs in the tree (see `TreePairs`; `Store::tree_pairs` reads it).
+    pub pairs: TreePairs,
     /// Commit-log bytes written up to the tree's last commit since the store
     /// was opened (plus those replayed at open): the redo a checkpoint of
     /// it retires.
@@ -45,7 +45,7 @@ impl Version {
             epoch: Arc::default(),
             root,
             seq,
-            pairs,
+            pairs: TreePairs::Known(pairs),
             log_bytes,
             buffer: Arc::default(),
             visible_seq: seq,
@@ -91,6 +91,90 @@ impl std::fmt::Debug for Version {
             .field("visible_seq", &self.visible_seq)
             .field("buffered_writes", &self.buffer.writes())
             .finish()
+    }
+}
+
+/// How many pairs a version's tree holds.
+///
+/// Known, but for the tree an open starts from when the newest checkpoint
+/// was sliced: its root children are of different commits (between the
+/// checkpoint's `replay_from` and its `seq`), so its count is nobody's.
+/// Recovery does not apply the commits it replays to that tree (which
+/// would read a leaf for nearly every replayed write, and made reopening
+/// take time in proportion to the redo); it lays them over it as the
+/// write buffer. What the checkpoint did record is the count after the
+/// commits up to its `seq`, so the tree's own count follows from the
+/// writes of those commits (`AfterOpen`), at the cost of looking each of
+/// their keys up in the tree: paid once, by the first merge of the buffer
+/// or the first caller that needs the count, not by the open.
+#[derive(Clone, Debug)]
+pub(crate) enum TreePairs {
+    Known(u64),
+    AfterOpen(Arc<OpenCount>),
+}
+
+impl Default for TreePairs {
+    fn default() -> Self {
+        TreePairs::Known(0)
+    }
+}
+
+impl TreePairs {
+    /// The count, if known without counting. Always known for a version
+    /// with an empty write buffer: the count after an open is unknown
+    /// only while the buffer holds the replayed commits (the merge that
+    /// takes them into the tree counts it).
+    pub fn known(&self) -> Option<u64> {
+        match self {
+            TreePairs::Known(n) => Some(*n),
+            TreePairs::AfterOpen(_) => None,
+        }
+    }
+}
+
+/// See `TreePairs::AfterOpen`.
+pub(crate) struct OpenCount {
+    /// The checkpoint's count: pairs after the commits up to its `seq`.
+    checkpoint_pairs: u64,
+    /// The writes of the commits after `replay_from` up to the
+    /// checkpoint's `seq`, as a write buffer over the same tree.
+    to_checkpoint: WriteBuffer,
+    /// The tree's count, once computed.
+    counted: std::sync::OnceLock<u64>,
+}
+
+impl std::fmt::Debug for OpenCount {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenCount")
+            .field("checkpoint_pairs", &self.checkpoint_pairs)
+            .field("counted", &self.counted.get())
+            .finish()
+    }
+}
+
+impl OpenCount {
+    pub fn new(checkpoint_pairs: u64, to_checkpoint: WriteBuffer) -> Self {
+        OpenCount {
+            checkpoint_pairs,
+            to_checkpoint,
+            counted: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The pairs in `root`, the tree the open started from: the
+    /// checkpoint's count less what the commits up to it changed.
+    pub fn count(&self, pager: &Pager, root: Option<&Arc<Node>>) -> Result<u64, kivi_log::Error> {
+        if let Some(&n) = self.counted.get() {
+            return Ok(n);
+        }
+        let mut buf = Vec::new();
+        let delta = self.to_checkpoint.pairs_delta(&mut |key| match root {
+            None => Ok(false),
+            Some(r) => get_into(pager, r, key, &mut buf),
+        })?;
+        let n = self.checkpoint_pairs as i64 - delta;
+        assert!(n >= 0, "the tree an open started from counts {n} pairs");
+        Ok(*self.counted.get_or_init(|| n as u64))
     }
 }
 
