@@ -138,7 +138,9 @@ impl CommitPath {
             w.log.roll_before_next();
         }
         let v = store.current_full();
-        match merge {
+        // A tree whose count is not known (right after an open) is
+        // counted by merging (see `TreePairs`), never checkpointed as is.
+        match merge || v.pairs.known().is_none() {
             false => Ok(v),
             true => store.merge_buffer(&v, false),
         }

@@ -243,11 +243,13 @@ impl Store {
             parallel: !background,
             ..self.tree_cfg
         };
-        // Before the tree changes: counting it may look keys up in it.
-        let tree_pairs = self.tree_pairs(base)?;
+        let (root, tree_pairs) = match &base.pairs {
+            TreePairs::Known(n) => (base.root.clone(), *n),
+            TreePairs::AfterOpen(open) => open.settle(&self.pager, &cfg, base.root.as_ref())?,
+        };
         let a = base
             .buffer
-            .with_newest(|ops| apply(&self.pager, &cfg, base.root.as_ref(), ops))?;
+            .with_newest(|ops| apply(&self.pager, &cfg, root.as_ref(), ops))?;
         let pairs = (tree_pairs as i64 + a.pairs_delta) as u64;
         let next = Arc::new(Version {
             epoch: base.epoch.clone(),

@@ -1,5 +1,5 @@
 use crate::write_buffer::WriteBuffer;
-use kivi_tree::{get_into, Node, Pager};
+use kivi_tree::{apply, get_into, Node, Pager, TreeConfig};
 use parking_lot::Mutex;
 use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
 use std::sync::Arc;
@@ -105,8 +105,10 @@ impl std::fmt::Debug for Version {
 /// write buffer. What the checkpoint did record is the count after the
 /// commits up to its `seq`, so the tree's own count follows from the
 /// writes of those commits (`AfterOpen`), at the cost of looking each of
-/// their keys up in the tree: paid once, by the first merge of the buffer
-/// or the first caller that needs the count, not by the open.
+/// their keys up in the tree, paid by the first caller that needs the
+/// count before the buffer is merged (`stats`, `check`), not by the open.
+/// The merge itself applies those commits first (`OpenCount::settle`),
+/// which gives the count without a lookup.
 #[derive(Clone, Debug)]
 pub(crate) enum TreePairs {
     Known(u64),
@@ -159,6 +161,26 @@ impl OpenCount {
             to_checkpoint,
             counted: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The tree the open started from (`root`) with the commits up to the
+    /// checkpoint's `seq` applied, and its count, the checkpoint's: what a
+    /// merge of the buffer starts from, so that it counts without looking
+    /// anything up (the apply reads those leaves anyway; the buffer's
+    /// newer writes of the same keys then win over them).
+    pub fn settle(
+        &self,
+        pager: &Pager,
+        cfg: &TreeConfig,
+        root: Option<&Arc<Node>>,
+    ) -> Result<(Option<Arc<Node>>, u64), kivi_log::Error> {
+        if self.to_checkpoint.is_empty() {
+            return Ok((root.cloned(), self.checkpoint_pairs));
+        }
+        let applied = self
+            .to_checkpoint
+            .with_newest(|ops| apply(pager, cfg, root, ops))?;
+        Ok((applied.root, self.checkpoint_pairs))
     }
 
     /// The pairs in `root`, the tree the open started from: the

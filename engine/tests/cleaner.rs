@@ -67,6 +67,26 @@ fn update(db: &Db, model: &mut Model, keys: u64, rounds: u64, seed: u64) {
     }
 }
 
+/// As `update`, over twice the keys and deleting a third of those it
+/// picks: the count of pairs moves both ways.
+fn churn(db: &Db, model: &mut Model, keys: u64, seed: u64) {
+    for i in 0..keys / 50 {
+        let mut b = kivi::WriteBatch::new();
+        for j in 0..50 {
+            let k = mix(seed ^ (i * 50 + j)) % (2 * keys);
+            if k.is_multiple_of(3) {
+                model.remove(&key(k));
+                b.delete(key(k)).unwrap();
+            } else {
+                let v = value(k, i);
+                model.insert(key(k), v.clone());
+                b.put(key(k), v).unwrap();
+            }
+        }
+        db.write(b).unwrap();
+    }
+}
+
 #[test]
 fn space_stays_bounded_under_sustained_random_updates() {
     let tmp = tempfile::tempdir().unwrap();
@@ -416,25 +436,59 @@ fn background_checkpoints_write_slices_and_recovery_replays_the_rest() {
     let db = Db::open_with_storage(std::sync::Arc::new(sim.clone()), opts.clone()).unwrap();
     update(&db, &mut model, keys, 1, 1);
     db.checkpoint().unwrap();
-    let mut sliced = 0;
-    for round in 0..200 {
-        update(&db, &mut model, keys / 20, 1, 100 + round);
-        sliced = db.stats().unwrap().sliced_checkpoints;
-        if sliced >= 3 {
+    // Crashes right after rounds whose checkpoints were all slices, so
+    // that the newest durable one is a slice with commits after it (an
+    // idle checkpoint, which writes everything, may still come first now
+    // and then); the store goes on from what each crash left.
+    let (mut sim, mut db) = (sim, db);
+    let mut crashes_after_slice = 0;
+    let mut last = db.stats().unwrap();
+    for round in 0..400 {
+        // Inserts and deletes too: the tree's count after the open comes
+        // from the commits up to the checkpoint (see `TreePairs`).
+        churn(&db, &mut model, keys / 20, 100 + round);
+        let s = db.stats().unwrap();
+        let slices = s.sliced_checkpoints - last.sliced_checkpoints;
+        let all_slices = slices > 0 && slices == s.checkpoints - last.checkpoints;
+        last = s;
+        if !all_slices {
+            continue;
+        }
+        // Every write was acknowledged, so every one must survive.
+        sim = sim.crash(&mut rand::rngs::StdRng::seed_from_u64(round));
+        drop(db);
+        verify_crash_copy(&sim, &opts, &model);
+        db = Db::open_with_storage(std::sync::Arc::new(sim.clone()), opts.clone()).unwrap();
+        assert_eq!(dump(&db), model);
+        assert_healthy(&db, model.len());
+        last = db.stats().unwrap();
+        crashes_after_slice += 1;
+        if crashes_after_slice == 3 {
             break;
         }
     }
-    assert!(
-        sliced >= 3,
-        "no sliced checkpoints: {:?}",
-        db.stats().unwrap()
-    );
-    // Every write was acknowledged, so every one must survive the crash.
-    let crashed = sim.crash(&mut rand::rngs::StdRng::seed_from_u64(7));
-    drop(db);
-    // The open lays the commits it replays over the checkpoint's tree as
-    // the write buffer, changing no node of the tree; the tree's own count
-    // (its slices are of different commits) comes from the checkpoint's.
+    assert_eq!(crashes_after_slice, 3, "too few slices: {:?}", db.stats());
+    let (crashed, reopened) = (sim, db);
+    // Writes after the open merge the replayed commits into the tree,
+    // which counts it; a crash then replays again.
+    churn(&reopened, &mut model, keys / 10, 999);
+    reopened.checkpoint().unwrap();
+    churn(&reopened, &mut model, keys / 20, 1000);
+    assert_healthy(&reopened, model.len());
+    let again = crashed.crash(&mut rand::rngs::StdRng::seed_from_u64(8));
+    drop(reopened);
+    let reopened = Db::open_with_storage(std::sync::Arc::new(again), opts).unwrap();
+    assert_eq!(dump(&reopened), model);
+    assert_healthy(&reopened, model.len());
+}
+
+/// Opens `crashed` read-only, then read-write, and compares it with `model`.
+///
+/// The open lays the commits it replays over the checkpoint's tree as the
+/// write buffer, changing no node of the tree; the tree's own count (a
+/// sliced checkpoint's root children are of different commits) comes from
+/// the checkpoint's.
+fn verify_crash_copy(crashed: &kivi_storage::SimStorage, opts: &Options, model: &Model) {
     let read_only = Options {
         read_only: true,
         ..opts.clone()
@@ -444,23 +498,8 @@ fn background_checkpoints_write_slices_and_recovery_replays_the_rest() {
     assert!(s.replayed_at_open > 0 && s.buffered_keys > 0, "{s:?}");
     assert_eq!(s.dirty_bytes, 0, "replay changed the tree: {s:?}");
     assert_eq!(s.pairs, model.len() as u64);
-    assert_eq!(dump(&looked), model);
-    drop(looked);
-    let reopened =
-        Db::open_with_storage(std::sync::Arc::new(crashed.clone()), opts.clone()).unwrap();
-    assert_eq!(dump(&reopened), model);
-    assert_healthy(&reopened, model.len());
-    // Writes after the open merge the replayed commits into the tree,
-    // which counts it; a crash then replays again.
-    update(&reopened, &mut model, keys / 10, 1, 999);
-    reopened.checkpoint().unwrap();
-    update(&reopened, &mut model, keys / 20, 1, 1000);
-    assert_healthy(&reopened, model.len());
-    let again = crashed.crash(&mut rand::rngs::StdRng::seed_from_u64(8));
-    drop(reopened);
-    let reopened = Db::open_with_storage(std::sync::Arc::new(again), opts).unwrap();
-    assert_eq!(dump(&reopened), model);
-    assert_healthy(&reopened, model.len());
+    assert_eq!(&dump(&looked), model);
+    assert_healthy(&looked, model.len());
 }
 
 /// `check` counts the store's pairs from the newest checkpoint's tree only
