@@ -95,7 +95,7 @@ def best_of(records):
             continue
         old = best.get(r["store"])
         if old is None or (v > old[0] if more else v < old[0]):
-            best[r["store"]] = (v, more, unit)
+            best[r["store"]] = (v, more, unit, r.get("stopped_early") is not None)
     return best
 
 
@@ -115,8 +115,8 @@ def main():
             if s not in best:
                 cells.append("")
                 continue
-            v, more, unit = best[s]
-            cell = fmt(v, unit)
+            v, more, unit, stopped = best[s]
+            cell = fmt(v, unit) + (" †" if stopped else "")
             if s not in ("kivi", "machine") and kivi and v and kivi[0]:
                 ratio = kivi[0] / v if more else v / kivi[0]
                 cell += f" ({ratio:.2f}×)"
@@ -132,9 +132,11 @@ def main():
         per = defaultdict(list)
         for r in sorted(rows[w], key=lambda r: r["round"]):
             v, _, unit = headline(r)
-            per[r["store"]].append(fmt(v, unit))
+            per[r["store"]].append(fmt(v, unit) + (" †" if r.get("stopped_early") else ""))
         print(f"| {w} | " + " | ".join(", ".join(per.get(s, [])) for s in stores) + " |")
 
+    if any(r.get("stopped_early") for rs in rows.values() for r in rs):
+        print("\n† stopped at `--max-seconds`; the rate is over the operations it did.")
     io_table(rows, stores)
     for r in failures:
         print(f"\n{r['store']}, round {r['round']}: {r['failure']}")

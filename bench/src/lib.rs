@@ -56,6 +56,9 @@ pub struct Config {
     /// Operations of each timed workload after the load, where fewer than
     /// n are wanted (a 100M-pair store read 5M times); n if unset.
     pub ops: Option<u64>,
+    /// Seconds after which a timed workload stops and counts the
+    /// operations it did (the load, workload 9's run and 10 excepted).
+    pub max_seconds: Option<u64>,
 }
 
 impl Config {
@@ -99,6 +102,10 @@ pub struct Record {
     /// "failed"): killed for want of memory, or its error.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failure: Option<String>,
+    /// The workload reached `--max-seconds` first: the operations it did,
+    /// which its rate is over.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub stopped_early: Option<u64>,
     /// Workload 10: seconds from open to the first checked read.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reopen_seconds: Option<f64>,
@@ -151,6 +158,7 @@ impl Record {
             peak_memory_bytes: None,
             failure: None,
             reopen_seconds: None,
+            stopped_early: None,
             syncs_per_commit: None,
             space_samples: None,
             amplification_samples: None,
@@ -172,6 +180,7 @@ impl Record {
             peak_rss_bytes: peak_rss(),
             device_read_per_op: Some(f.device_read as f64 / f.ops.max(1) as f64),
             device_written_per_op: Some(f.device_written as f64 / f.ops.max(1) as f64),
+            stopped_early: f.stopped_early.then_some(f.ops),
             ..Record::new(store, f.workload, n, round)
         }
     }
@@ -333,6 +342,7 @@ pub(crate) fn run_store(
 ) -> Result<(), BenchError> {
     let (n, ops, name) = (cfg.n, cfg.ops(), kind.name);
     reset_peak_rss();
+    measure::set_time_cap(cfg.max_seconds.map(Duration::from_secs));
     let store = (kind.open)(dir, settings)?;
     let s: &dyn Store = store.as_ref();
     let load = timed(name, "1 bulk insert", n, |t| {
@@ -352,7 +362,7 @@ pub(crate) fn run_store(
     }
     if wants(cfg, 3) {
         let f = timed(name, "3 random update", ops, |t| {
-            workloads::updates(s, n, ops, 0x5eed_0003, 1, t)
+            workloads::updates(s, n, ops, (0x5eed_0003, 1), true, t)
         })?;
         emit(Record::of(name, &f, n, round))?;
     }
@@ -447,7 +457,7 @@ fn steady_space(
             let mut seed = 0x5eed_0009;
             while done < updates {
                 let count = chunk.min(updates - done);
-                workloads::updates(s, n, count, seed, 1 + n + done, t)?;
+                workloads::updates(s, n, count, (seed, 1 + n + done), false, t)?;
                 done += count;
                 seed += 1;
                 let bytes =
@@ -534,7 +544,7 @@ pub fn update_child(store: &str, dir: &Path, n: u64) -> Result<(), BenchError> {
     std::io::stdout().flush().map_err(|e| io_err("write", e))?;
     let mut seed = 0x5eed_0010;
     loop {
-        workloads::updates(s.as_ref(), n, n, seed, 1, &|_| ())?;
+        workloads::updates(s.as_ref(), n, n, (seed, 1), false, &|_| ())?;
         seed += 1;
     }
 }

@@ -1,6 +1,7 @@
 //! Timing for the benchmark: wall clock, process CPU time and latency
 //! percentiles.
 
+use std::cell::Cell;
 use std::time::{Duration, Instant};
 
 /// CPU time (user + system) of the whole process, all threads included, so
@@ -59,9 +60,19 @@ pub struct Figure {
     /// Bytes read from and written to the devices during the phase.
     pub device_read: u64,
     pub device_written: u64,
+    /// The workload reached the time cap before its operations were done
+    /// (`ops` counts those it did).
+    pub stopped_early: bool,
 }
 
 impl Figure {
+    /// Marks the figure as cut short by the time cap when `done` is under
+    /// the operations the workload was to do.
+    pub fn cut_at(mut self, planned: u64) -> Self {
+        self.stopped_early = self.ops < planned;
+        self
+    }
+
     pub fn ops_per_sec(&self) -> f64 {
         self.ops as f64 / self.wall.as_secs_f64().max(1e-9)
     }
@@ -79,7 +90,26 @@ impl Figure {
     }
 }
 
+thread_local! {
+    /// `--max-seconds` in milliseconds (0: none): how long a timed
+    /// workload run on this thread goes on before it stops and counts the
+    /// operations it did. Per thread, so that tests running workloads side
+    /// by side do not cut each other short.
+    static TIME_CAP_MS: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Sets the time cap of the timed workloads this thread runs from here on.
+pub fn set_time_cap(cap: Option<Duration>) {
+    TIME_CAP_MS.set(cap.map_or(0, |c| c.as_millis().max(1) as u64));
+}
+
 impl Meter {
+    /// Whether the workload this meter times has run past the time cap.
+    pub fn spent(&self) -> bool {
+        let cap = TIME_CAP_MS.get();
+        cap > 0 && self.wall.elapsed() >= Duration::from_millis(cap)
+    }
+
     pub fn start() -> Meter {
         Meter {
             cpu: process_cpu(),
@@ -103,6 +133,7 @@ impl Meter {
             bytes_per_pair: None,
             device_read: read.saturating_sub(self.io.0),
             device_written: written.saturating_sub(self.io.1),
+            stopped_early: false,
         }
     }
 }

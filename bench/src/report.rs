@@ -69,6 +69,13 @@ pub fn line(r: &Record) -> String {
     if let Some(v) = r.reopen_seconds {
         let _ = write!(s, " reopened in {v:.3} s");
     }
+    if let Some(done) = r.stopped_early {
+        let _ = write!(
+            s,
+            " (stopped at --max-seconds after {} ops)",
+            group(done as f64)
+        );
+    }
     if let Some(v) = r.syncs_per_commit {
         let _ = write!(s, " {v:.2} syncs per commit");
     }

@@ -72,32 +72,35 @@ pub fn random_read(store: &dyn Store, n: u64, ops: u64, tick: &dyn Fn(u64)) -> R
     let mut rng = Rng::new(0x5eed_0002);
     let mut out = Vec::with_capacity(kv40::VALUE_LEN);
     let meter = Meter::start();
-    for done in 1..=ops {
+    let mut done = 0;
+    while done < ops && !(done.is_multiple_of(BATCH) && meter.spent()) {
         let i = rng.below(n);
         let found = store.get(&kv40::key(i), &mut out)?;
         check(i, found, &out)?;
+        done += 1;
         if done.is_multiple_of(BATCH) {
             tick(BATCH);
         }
     }
-    Ok(meter.finish("random_read", "random read", ops))
+    Ok(meter.finish("random_read", "random read", done).cut_at(ops))
 }
 
 /// 3 (and 9's long run): `count` puts of random keys among the `n`
 /// present with new values, 1,000 per durable batch, with versions from
-/// `first_version` on.
+/// `first_version` on. `capped`: stops at the time cap (workload 3, not
+/// 9's run, whose samples need every update).
 pub fn updates(
     store: &dyn Store,
     n: u64,
     count: u64,
-    seed: u64,
-    first_version: u64,
+    (seed, first_version): (u64, u64),
+    capped: bool,
     tick: &dyn Fn(u64),
 ) -> Result<Figure> {
     let mut rng = Rng::new(seed);
     let meter = Meter::start();
     let mut done = 0;
-    while done < count {
+    while done < count && !(capped && meter.spent()) {
         let batch = BATCH.min(count - done);
         let keys: Vec<u64> = (0..batch).map(|_| rng.below(n)).collect();
         // A batch holds each key once: the last version wins.
@@ -105,7 +108,9 @@ pub fn updates(
         done += batch;
         tick(batch);
     }
-    Ok(meter.finish("random_update", "random update", count))
+    Ok(meter
+        .finish("random_update", "random update", done)
+        .cut_at(count))
 }
 
 /// 4: `ops` operations alternating get and put on random keys among the
@@ -115,7 +120,7 @@ pub fn random_mixed(store: &dyn Store, n: u64, ops: u64, tick: &dyn Fn(u64)) -> 
     let mut out = Vec::with_capacity(kv40::VALUE_LEN);
     let meter = Meter::start();
     let mut done = 0;
-    while done < ops {
+    while done < ops && !meter.spent() {
         let count = BATCH.min(ops - done);
         let mut puts = Vec::with_capacity(count as usize / 2);
         for op in 0..count {
@@ -133,7 +138,9 @@ pub fn random_mixed(store: &dyn Store, n: u64, ops: u64, tick: &dyn Fn(u64)) -> 
         done += count;
         tick(count);
     }
-    Ok(meter.finish("random_mixed", "random mixed", ops))
+    Ok(meter
+        .finish("random_mixed", "random mixed", done)
+        .cut_at(ops))
 }
 
 /// 5: one ordered pass over all pairs, checking the order and each value.
@@ -141,6 +148,7 @@ pub fn range_scan(store: &dyn Store, n: u64, tick: &dyn Fn(u64)) -> Result<Figur
     let meter = Meter::start();
     let mut next = 0u64;
     let mut problem = None;
+    let mut stopped = false;
     store.scan(&[], &mut |key, value| {
         let expected = kv40::key(next);
         if key != expected.as_slice() || kv40::index_of(value) != Some(next) {
@@ -152,16 +160,17 @@ pub fn range_scan(store: &dyn Store, n: u64, tick: &dyn Fn(u64)) -> Result<Figur
         next += 1;
         if next.is_multiple_of(BATCH) {
             tick(BATCH);
+            stopped = meter.spent() && next < n;
         }
-        true
+        !stopped
     })?;
     if let Some(p) = problem {
         return Err(wrong(p));
     }
-    if next != n {
+    if next != n && !stopped {
         return Err(wrong(format!("the scan returned {next} of {n} pairs")));
     }
-    Ok(meter.finish("range_scan", "range scan", n))
+    Ok(meter.finish("range_scan", "range scan", next).cut_at(n))
 }
 
 /// 6: `ops` gets; every 65,536, a random run of 65,536 consecutive keys
@@ -173,7 +182,7 @@ pub fn hotspot_read(store: &dyn Store, n: u64, ops: u64, tick: &dyn Fn(u64)) -> 
     let mut out = Vec::with_capacity(kv40::VALUE_LEN);
     let meter = Meter::start();
     let mut done = 0;
-    while done < ops {
+    while done < ops && !meter.spent() {
         let start = rng.below(n - spot + 1);
         // A fresh random order of the run (Fisher-Yates).
         for i in (1..order.len()).rev() {
@@ -188,7 +197,9 @@ pub fn hotspot_read(store: &dyn Store, n: u64, ops: u64, tick: &dyn Fn(u64)) -> 
         done += count;
         tick(count);
     }
-    Ok(meter.finish("hotspot_read", "hot-spot read", ops))
+    Ok(meter
+        .finish("hotspot_read", "hot-spot read", done)
+        .cut_at(ops))
 }
 
 /// `count` key indices among `n`, their ranks Zipf-distributed and then
@@ -212,7 +223,12 @@ pub fn zipfian_read(store: &dyn Store, n: u64, ops: u64, tick: &dyn Fn(u64)) -> 
     let mut out = Vec::with_capacity(kv40::VALUE_LEN);
     let mut latencies = Vec::with_capacity(keys.len());
     let meter = Meter::start();
-    for (done, &i) in (1u64..).zip(&keys) {
+    let mut done = 0u64;
+    for &i in &keys {
+        if done.is_multiple_of(BATCH) && meter.spent() {
+            break;
+        }
+        done += 1;
         let t = Instant::now();
         let found = store.get(&kv40::key(i), &mut out)?;
         latencies.push(nanos_since(t));
@@ -222,7 +238,8 @@ pub fn zipfian_read(store: &dyn Store, n: u64, ops: u64, tick: &dyn Fn(u64)) -> 
         }
     }
     Ok(meter
-        .finish("zipfian_read", "Zipfian read", ops)
+        .finish("zipfian_read", "Zipfian read", done)
+        .cut_at(ops)
         .with_latencies(latencies))
 }
 
@@ -234,7 +251,12 @@ pub fn zipfian_update(store: &dyn Store, n: u64, ops: u64, tick: &dyn Fn(u64)) -
     let keys = zipfian_keys(n, ops, 0x5eed_0012);
     let meter = Meter::start();
     let mut written = 0;
+    let mut stopped = false;
     for (b, chunk) in (0u64..).zip(keys.chunks(BATCH as usize)) {
+        if meter.spent() {
+            stopped = true;
+            break;
+        }
         let mut batch = chunk.to_vec();
         batch.sort_unstable();
         batch.dedup();
@@ -244,7 +266,9 @@ pub fn zipfian_update(store: &dyn Store, n: u64, ops: u64, tick: &dyn Fn(u64)) -
         })?;
         tick(chunk.len() as u64);
     }
-    Ok(meter.finish("zipfian_update", "Zipfian update", written))
+    let mut f = meter.finish("zipfian_update", "Zipfian update", written);
+    f.stopped_early = stopped;
+    Ok(f)
 }
 
 /// Scans workload 13 makes for `ops` operations: one per 100 pairs read.
@@ -260,7 +284,9 @@ pub fn short_scans(store: &dyn Store, n: u64, scans: u64, tick: &dyn Fn(u64)) ->
     let len = SHORT_SCAN.min(n);
     let mut latencies = Vec::with_capacity(scans as usize);
     let meter = Meter::start();
-    for _ in 0..scans {
+    let mut done = 0;
+    while done < scans && !meter.spent() {
+        done += 1;
         let start = rng.below(n - len + 1);
         let mut next = start;
         let mut problem = None;
@@ -286,7 +312,8 @@ pub fn short_scans(store: &dyn Store, n: u64, scans: u64, tick: &dyn Fn(u64)) ->
         tick(1);
     }
     Ok(meter
-        .finish("short_scan", "short scans", scans)
+        .finish("short_scan", "short scans", done)
+        .cut_at(scans)
         .with_latencies(latencies))
 }
 
@@ -295,7 +322,9 @@ pub fn single_put(store: &dyn Store, n: u64, tick: &dyn Fn(u64)) -> Result<Figur
     let mut rng = Rng::new(0x5eed_0007);
     let mut latencies = Vec::with_capacity(SINGLE_PUTS as usize);
     let meter = Meter::start();
-    for done in 1..=SINGLE_PUTS {
+    let mut done = 0;
+    while done < SINGLE_PUTS && !(done.is_multiple_of(100) && meter.spent()) {
+        done += 1;
         let i = rng.below(n);
         let t = Instant::now();
         store.put(&kv40::key(i), &kv40::value(i, 1 << 40 | done))?;
@@ -305,7 +334,8 @@ pub fn single_put(store: &dyn Store, n: u64, tick: &dyn Fn(u64)) -> Result<Figur
         }
     }
     Ok(meter
-        .finish("single_put", "single put", SINGLE_PUTS)
+        .finish("single_put", "single put", done)
+        .cut_at(SINGLE_PUTS)
         .with_latencies(latencies))
 }
 
@@ -358,4 +388,38 @@ pub fn concurrent_put(
     Ok(meter
         .finish(workload, "concurrent put", per * threads)
         .with_latencies(all))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::measure::set_time_cap;
+    use crate::stores::{kind, Settings};
+    use std::time::Duration;
+
+    #[test]
+    fn a_timed_workload_stops_at_the_time_cap_and_counts_what_it_did() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = (kind("kivi").unwrap().open)(dir.path(), &Settings::default()).unwrap();
+        let s = store.as_ref();
+        let n = 5_000;
+        bulk_insert(s, n, &|_| ()).unwrap();
+        // Far more reads than 50 ms allow: stopped, counting whole batches.
+        set_time_cap(Some(Duration::from_millis(50)));
+        let planned = 1_000_000_000;
+        let f = random_read(s, n, planned, &|_| ()).unwrap();
+        assert!(f.stopped_early, "{f:?}");
+        assert!(f.ops > 0 && f.ops < planned, "{f:?}");
+        assert!(f.ops.is_multiple_of(BATCH), "{f:?}");
+        assert!(f.wall >= Duration::from_millis(50), "{f:?}");
+        // Work that fits the cap is done whole and not marked.
+        let f = random_read(s, n, 2_000, &|_| ()).unwrap();
+        assert!(!f.stopped_early && f.ops == 2_000, "{f:?}");
+        let f = updates(s, n, planned, (7, 1), true, &|_| ()).unwrap();
+        assert!(f.stopped_early && f.ops < planned, "{f:?}");
+        // Without the cap, nothing stops early.
+        set_time_cap(None);
+        let f = short_scans(s, n, 20, &|_| ()).unwrap();
+        assert!(!f.stopped_early && f.ops == 20, "{f:?}");
+    }
 }

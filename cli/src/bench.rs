@@ -94,6 +94,12 @@ pub struct BenchArgs {
     /// for a 100M-pair store; N by default
     #[arg(long, value_name = "OPS", value_parser = positive, conflicts_with_all = ["server", "tables"])]
     ops: Option<u64>,
+    /// Seconds after which a timed workload (after the load; 9 and 10
+    /// excepted) stops and reports its rate over the operations it did, so
+    /// that a store that crawls at 100M pairs cannot stall a round; no cap
+    /// by default
+    #[arg(long, value_name = "S", value_parser = positive, conflicts_with_all = ["server", "tables"])]
+    max_seconds: Option<u64>,
     /// Length of workload 9's long random-update run, in multiples of N
     #[arg(long, value_name = "K", default_value_t = kivi_bench::STEADY_UPDATES, value_parser = positive)]
     steady_updates: u64,
@@ -244,6 +250,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         program,
         memory_limit: args.memory_limit,
         ops: args.ops,
+        max_seconds: args.max_seconds,
     };
     let mut out = std::io::stdout().lock();
     kivi_bench::run(&cfg, &mut out)
