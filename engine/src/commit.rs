@@ -107,8 +107,8 @@ impl CommitPath {
         if store.is_closed() {
             return Err(Error::Closed);
         }
-        if matches!(request, Request::Write(_)) {
-            bp.wait_for_write_buffer(store);
+        if let Request::Write(b) = &request {
+            bp.wait_for_write_buffer(store, Backpressure::write_cost(b.size_bytes(), b.len()));
         }
         self.pipeline
             .submit(request, &|group| self.commit_group(store, bp, group))
@@ -122,7 +122,14 @@ impl CommitPath {
         requests: Vec<Request>,
     ) -> Vec<Result<Reply>> {
         if !requests.is_empty() {
-            bp.wait_for_write_buffer(store);
+            let cost = requests
+                .iter()
+                .map(|r| match r {
+                    Request::Write(b) => Backpressure::write_cost(b.size_bytes(), b.len()),
+                    Request::Checkpoint { .. } => 0,
+                })
+                .sum();
+            bp.wait_for_write_buffer(store, cost);
         }
         self.pipeline
             .submit_many(requests, &|group| self.commit_group(store, bp, group))

@@ -717,3 +717,83 @@ fn writers_wait_while_unwritten_changes_fill_the_write_buffer_twice() {
     assert_eq!(dump(&db), model);
     assert_healthy(&db, model.len());
 }
+
+#[test]
+fn small_writes_pass_the_stall_line_by_an_allowance_and_batches_do_not() {
+    // As above, checkpoints cannot finish. Just past twice the write
+    // buffer, a single put goes through at once (small writes wait only
+    // past a sixteenth more: a put arriving while a backlog drains is not
+    // held a second for it), while a batch waits.
+    let gate = std::sync::Arc::new((parking_lot::Mutex::new(false), parking_lot::Condvar::new()));
+    let storage = StalledPages {
+        sim: kivi_storage::SimStorage::new(),
+        gate: gate.clone(),
+    };
+    let write_buffer = 256u64 << 10;
+    let opts = Options {
+        cache_bytes: 1 << 20,
+        checkpoint_bytes: 1 << 40,
+        write_buffer_bytes: write_buffer,
+        space_amplification_max: 1000.0,
+        ..Options::default()
+    };
+    let db = Db::open_with_storage(std::sync::Arc::new(storage), opts).unwrap();
+    let _open_on_exit = OpenGate(gate.clone());
+    let mut model = Model::new();
+    update(&db, &mut model, 5_000, 1, 1);
+    db.checkpoint().unwrap();
+    *gate.0.lock() = true;
+    let line = 2 * write_buffer;
+    let allowance = write_buffer / 16;
+    let put = |i: u64, model: &mut Model| {
+        let key = format!("k{:08}", mix(i) % 5_000);
+        let value = format!("v{i}-{}", "x".repeat(60));
+        db.put(key.as_bytes(), value.as_bytes()).unwrap();
+        model.insert(key.into_bytes(), value.into_bytes());
+    };
+    let unwritten = |s: &kivi::Stats| s.dirty_bytes + s.buffered_bytes;
+    let mut i = 0;
+    let mut past_line = 0;
+    while past_line < 20 && i < 200_000 {
+        put(i, &mut model);
+        i += 1;
+        let s = db.stats().unwrap();
+        if unwritten(&s) < line {
+            continue;
+        }
+        // Past the line: single puts still pass while under the allowance.
+        if unwritten(&s) + 1024 < line + allowance {
+            let stalls = s.write_stalls;
+            put(i, &mut model);
+            i += 1;
+            assert_eq!(
+                db.stats().unwrap().write_stalls,
+                stalls,
+                "a single put waited at {} unwritten bytes (line {line})",
+                unwritten(&s)
+            );
+            past_line += 1;
+        } else {
+            break;
+        }
+    }
+    assert!(past_line > 0, "never just past the line: {:?}", db.stats());
+    // A batch waits (its second: nothing drains).
+    let stalls = db.stats().unwrap().write_stalls;
+    let mut b = kivi::WriteBatch::new();
+    for j in 0..100u64 {
+        let key = format!("k{:08}", mix(1 << 40 | j) % 5_000);
+        let value = format!("batch-{j}");
+        b.put(key.clone(), value.clone()).unwrap();
+        model.insert(key.into_bytes(), value.into_bytes());
+    }
+    db.write(b).unwrap();
+    assert_eq!(
+        db.stats().unwrap().write_stalls,
+        stalls + 1,
+        "the batch did not wait"
+    );
+    *gate.0.lock() = false;
+    gate.1.notify_all();
+    assert_eq!(dump(&db), model);
+}
