@@ -38,10 +38,14 @@ pub fn header(cfg: &Config, kinds: &[Kind]) -> String {
             limit >> 20
         );
     }
-    if cfg.ops.is_some() {
+    if cfg.ops.is_some() || cfg.max_seconds.is_some() {
+        let cap = cfg
+            .max_seconds
+            .map(|secs| format!(", or as many as {secs} s allow"))
+            .unwrap_or_default();
         let _ = writeln!(
             s,
-            "  timed workloads after the load: {} operations each",
+            "  timed workloads after the load: {} operations each{cap}",
             group(cfg.ops() as f64)
         );
     }
@@ -196,5 +200,33 @@ mod tests {
         assert_eq!(group(1234567.4), "1,234,567");
         assert_eq!(group(999.0), "999");
         assert_eq!(group(1000.0), "1,000");
+    }
+
+    #[test]
+    fn the_header_says_how_timed_workloads_are_capped() {
+        let mut cfg = Config {
+            stores: vec!["kivi".into()],
+            workloads: vec![2],
+            n: 1_000_000,
+            rounds: 1,
+            dir: "/tmp/x".into(),
+            json: None,
+            steady_updates: 1,
+            program: "kivi".into(),
+            memory_limit: None,
+            ops: None,
+            max_seconds: None,
+        };
+        assert!(!header(&cfg, &[]).contains("timed workloads"));
+        cfg.ops = Some(5_000);
+        assert!(
+            header(&cfg, &[]).contains("timed workloads after the load: 5,000 operations each\n")
+        );
+        cfg.max_seconds = Some(300);
+        assert!(header(&cfg, &[]).contains("5,000 operations each, or as many as 300 s allow\n"));
+        cfg.ops = None;
+        assert!(
+            header(&cfg, &[]).contains("1,000,000 operations each, or as many as 300 s allow\n")
+        );
     }
 }
