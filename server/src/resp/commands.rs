@@ -7,6 +7,7 @@
 
 use super::glob;
 use super::reply::Reply;
+use super::transaction::{self, Transaction, Watched};
 use crate::Shared;
 use kivi::{WriteBatch, WriteOutcome};
 use std::ops::Bound;
@@ -26,6 +27,10 @@ pub struct Session {
     pub resp3: bool,
     pub name: Option<Vec<u8>>,
     pub quit: bool,
+    /// The open transaction, after MULTI.
+    pub multi: Option<Transaction>,
+    /// The keys WATCH noted, until EXEC, DISCARD or UNWATCH.
+    pub watched: Vec<Watched>,
 }
 
 /// How many arguments, the command's name included, a command takes.
@@ -86,6 +91,12 @@ pub const COMMANDS: &[(&str, Arity)] = &[
     ("CONFIG", Arity::AtLeast(2)),
     ("SELECT", Arity::Exactly(2)),
     ("QUIT", Arity::Exactly(1)),
+    // Transactions (transaction.rs).
+    ("MULTI", Arity::Exactly(1)),
+    ("EXEC", Arity::Exactly(1)),
+    ("DISCARD", Arity::Exactly(1)),
+    ("WATCH", Arity::AtLeast(2)),
+    ("UNWATCH", Arity::Exactly(1)),
 ];
 
 /// The arity of the command named `name` (any case), if kivi knows it.
@@ -103,14 +114,14 @@ fn upper(name: &[u8]) -> String {
     String::from_utf8_lossy(name).to_ascii_uppercase()
 }
 
-fn wrong_args(cmd: &str) -> Reply {
+pub(crate) fn wrong_args(cmd: &str) -> Reply {
     Reply::err(format!(
         "wrong number of arguments for '{}' command",
         cmd.to_ascii_lowercase()
     ))
 }
 
-fn refused(e: kivi::Error) -> Reply {
+pub(crate) fn refused(e: kivi::Error) -> Reply {
     if e.is_full() {
         Reply::err(format!("disk full, write refused: {e}"))
     } else {
@@ -125,13 +136,13 @@ fn syntax() -> Reply {
 const NO_EXPIRY: &str = "kivi has no expiry: EX, PX, EXAT, PXAT and KEEPTTL are not supported";
 
 /// SET's options: NX / XX / GET; expiry options are refused.
-struct SetOptions {
-    nx: bool,
-    xx: bool,
-    get: bool,
+pub(crate) struct SetOptions {
+    pub nx: bool,
+    pub xx: bool,
+    pub get: bool,
 }
 
-fn set_options(args: &[Vec<u8>]) -> Result<SetOptions, Reply> {
+pub(crate) fn set_options(args: &[Vec<u8>]) -> Result<SetOptions, Reply> {
     let mut o = SetOptions {
         nx: false,
         xx: false,
@@ -297,6 +308,28 @@ pub async fn execute(shared: &Shared, s: &mut Session, args: Vec<Vec<u8>>) -> Re
             s.quit = true;
             Ok(Reply::ok())
         }
+        "MULTI" if s.multi.is_some() => Err(Reply::err("MULTI calls can not be nested")),
+        "MULTI" => {
+            s.multi = Some(Transaction::default());
+            Ok(Reply::ok())
+        }
+        "EXEC" => match s.multi.take() {
+            None => Err(Reply::err("EXEC without MULTI")),
+            Some(tx) => Ok(transaction::exec(shared, tx, std::mem::take(&mut s.watched)).await),
+        },
+        "DISCARD" => match s.multi.take() {
+            None => Err(Reply::err("DISCARD without MULTI")),
+            Some(_) => {
+                s.watched.clear();
+                Ok(Reply::ok())
+            }
+        },
+        "WATCH" if s.multi.is_some() => Err(Reply::err("WATCH inside MULTI is not allowed")),
+        "WATCH" => transaction::watch(shared, &mut s.watched, &args[1..]),
+        "UNWATCH" => {
+            s.watched.clear();
+            Ok(Reply::ok())
+        }
         // The plain writes (SETNX, MSET, CAS, CAD) are `write_plan`'s and
         // never come here.
         _ => Err(unknown(&args)),
@@ -304,7 +337,7 @@ pub async fn execute(shared: &Shared, s: &mut Session, args: Vec<Vec<u8>>) -> Re
     r.unwrap_or_else(|e| e)
 }
 
-fn unknown(args: &[Vec<u8>]) -> Reply {
+pub(crate) fn unknown(args: &[Vec<u8>]) -> Reply {
     let shown = |b: &[u8]| String::from_utf8_lossy(&b[..b.len().min(128)]).into_owned();
     let rest: Vec<String> = args[1..]
         .iter()
@@ -318,11 +351,11 @@ fn unknown(args: &[Vec<u8>]) -> Reply {
     ))
 }
 
-fn not_an_integer() -> Reply {
+pub(crate) fn not_an_integer() -> Reply {
     Reply::err("value is not an integer or out of range")
 }
 
-fn parse_i64(b: &[u8]) -> Option<i64> {
+pub(crate) fn parse_i64(b: &[u8]) -> Option<i64> {
     let s = std::str::from_utf8(b).ok()?;
     // Redis refuses "+1", " 1" and "01"; so does this.
     if s.is_empty()
@@ -697,8 +730,8 @@ mod tests {
             "CAS" => n == 4,
             "PING" => n == 1 || n == 2,
             "ECHO" | "GET" | "STRLEN" | "GETDEL" | "INCR" | "DECR" | "SELECT" => n == 2,
-            "EXISTS" | "MGET" | "SCAN" | "DEL" | "CLIENT" | "CONFIG" => n >= 2,
-            "DBSIZE" | "QUIT" => n == 1,
+            "EXISTS" | "MGET" | "SCAN" | "DEL" | "CLIENT" | "CONFIG" | "WATCH" => n >= 2,
+            "DBSIZE" | "QUIT" | "MULTI" | "EXEC" | "DISCARD" | "UNWATCH" => n == 1,
             "RANGE" => n == 3 || n == 5,
             "INCRBY" | "DECRBY" => n == 3,
             "INFO" | "HELLO" | "COMMAND" => true,

@@ -9,6 +9,7 @@ pub mod commands;
 pub mod glob;
 pub mod parser;
 pub mod reply;
+pub mod transaction;
 
 use crate::committer::Done;
 use crate::listen::Stream;
@@ -195,6 +196,20 @@ pub async fn serve(mut stream: Box<dyn Stream>, peer: String, shared: Arc<Shared
             used += parsed.len;
             if parsed.args.is_empty() {
                 continue;
+            }
+            // Inside MULTI every command but the transaction's own is
+            // queued, not run (MULTI answered everything before it, so
+            // nothing else is pending but replies).
+            if let Some(tx) = &mut session.multi {
+                if !transaction::controls_transaction(&parsed.args[0]) {
+                    debug_assert!(gets.is_empty() && group.is_none() && writes.is_empty());
+                    let reply = transaction::queue(tx, std::mem::take(&mut parsed.args));
+                    slots.push_back(Slot::Ready(reply));
+                    if slots.len() >= MAX_PIPELINE {
+                        settle(&mut slots, &mut out, session.resp3).await;
+                    }
+                    continue;
+                }
             }
             // A GET with nothing of this connection's still unanswered
             // before it waits to be looked up with the GETs after it.

@@ -1,0 +1,461 @@
+//! MULTI / EXEC / DISCARD / WATCH / UNWATCH: Redis transactions on the
+//! engine's conditional batches, with no lock that stops other clients.
+//!
+//! After MULTI a connection's commands are checked (known, right arity,
+//! allowed in a transaction) and queued; one that is not makes EXEC answer
+//! EXECABORT and apply nothing. EXEC evaluates the queue against one
+//! snapshot plus the transaction's own writes, then commits every write as
+//! one batch guarded by conditions: each watched key still holds what it
+//! held at WATCH, and each key the transaction read before writing still
+//! holds what it read. A watched key that changed answers nil (Redis's
+//! "aborted by WATCH"); a read key that changed means another client wrote
+//! between the snapshot and the commit, and the whole evaluation is made
+//! again on a newer snapshot. So the writes are one atomic, durable commit
+//! and the replies are those of running the queue alone at that commit.
+//!
+//! Unlike Redis, WATCH compares values (by SHA-256, so a connection holds
+//! 32 bytes per watched key, not the value): a key set back to the value it
+//! had at WATCH counts as unchanged.
+
+use super::commands::{self, Arity};
+use super::reply::Reply;
+use crate::Shared;
+use kivi::limits::{MAX_BATCH_BYTES, MAX_KEY_LEN, MAX_VALUE_LEN};
+use kivi::{Snapshot, WriteBatch, WriteOutcome};
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+
+/// Commands one transaction may queue, at most.
+pub const MAX_QUEUED_COMMANDS: usize = 100_000;
+/// Bytes of arguments one transaction may queue, at most (its writes must
+/// fit one batch anyway).
+pub const MAX_QUEUED_BYTES: usize = MAX_BATCH_BYTES;
+/// Keys one connection may watch, at most.
+pub const MAX_WATCHED_KEYS: usize = 10_000;
+/// Evaluations of one EXEC before it gives up (each retry means another
+/// client wrote a key the transaction read, between its read and commit).
+const MAX_RETRIES: usize = 1000;
+
+/// The commands a transaction may hold: the ones whose effect is on named
+/// keys, which EXEC can evaluate over its snapshot.
+const QUEUEABLE: &[&str] = &[
+    "SET", "SETNX", "MSET", "CAS", "CAD", "GET", "STRLEN", "EXISTS", "MGET", "GETDEL", "DEL",
+    "INCR", "DECR", "INCRBY", "DECRBY", "PING", "ECHO",
+];
+
+/// A connection's open transaction.
+#[derive(Debug, Default)]
+pub struct Transaction {
+    queued: Vec<Vec<Vec<u8>>>,
+    bytes: usize,
+    /// A command was refused while queuing: EXEC applies nothing.
+    aborted: bool,
+}
+
+/// A watched key and the digest of its value at WATCH (`None`: absent).
+pub type Watched = (Vec<u8>, Option<[u8; 32]>);
+
+fn digest(v: &[u8]) -> [u8; 32] {
+    Sha256::digest(v).into()
+}
+
+/// The commands that act on the transaction itself rather than being
+/// queued by it.
+pub fn controls_transaction(name: &[u8]) -> bool {
+    ["EXEC", "DISCARD", "MULTI", "WATCH", "QUIT"]
+        .iter()
+        .any(|c| name.eq_ignore_ascii_case(c.as_bytes()))
+}
+
+/// Queues `args` in the open transaction and answers QUEUED, or refuses it
+/// (and marks the transaction aborted).
+pub fn queue(tx: &mut Transaction, args: Vec<Vec<u8>>) -> Reply {
+    let name = String::from_utf8_lossy(&args[0]).to_ascii_uppercase();
+    let refused = match commands::arity(name.as_bytes()) {
+        None => Some(commands::unknown(&args)),
+        Some(a) if !a.allows(args.len()) => Some(commands::wrong_args(&name)),
+        Some(_) if !QUEUEABLE.contains(&name.as_str()) => Some(Reply::err(format!(
+            "'{}' is not supported inside MULTI by kivi",
+            name.to_ascii_lowercase()
+        ))),
+        Some(_) => None,
+    };
+    let bytes: usize = args.iter().map(|a| a.len()).sum();
+    let refused = refused.or_else(|| {
+        (tx.queued.len() >= MAX_QUEUED_COMMANDS || tx.bytes + bytes > MAX_QUEUED_BYTES).then(|| {
+            Reply::err(format!(
+                "transaction too large (at most {MAX_QUEUED_COMMANDS} commands and \
+                 {MAX_QUEUED_BYTES} bytes)"
+            ))
+        })
+    });
+    if let Some(r) = refused {
+        tx.aborted = true;
+        return r;
+    }
+    tx.bytes += bytes;
+    tx.queued.push(args);
+    Reply::Simple("QUEUED")
+}
+
+/// WATCH key...: notes what each key holds now (the caller has answered
+/// the connection's earlier writes, so they are seen).
+pub fn watch(
+    shared: &Shared,
+    watched: &mut Vec<Watched>,
+    keys: &[Vec<u8>],
+) -> Result<Reply, Reply> {
+    for k in keys {
+        if watched.iter().any(|(w, _)| w == k) {
+            continue;
+        }
+        if watched.len() >= MAX_WATCHED_KEYS {
+            return Err(Reply::err(format!(
+                "too many watched keys (at most {MAX_WATCHED_KEYS})"
+            )));
+        }
+        let v = shared.db.get(k).map_err(|e| Reply::err(e.to_string()))?;
+        watched.push((k.clone(), v.as_deref().map(digest)));
+    }
+    Ok(Reply::ok())
+}
+
+/// What one evaluation of a transaction decided.
+enum Evaluated {
+    /// A watched key changed: EXEC answers nil.
+    WatchFailed,
+    /// Nothing to write: the replies are the answer.
+    ReadOnly(Vec<Reply>),
+    /// Commit this batch; its first `watch_ops` operations guard the
+    /// watched keys.
+    Write {
+        batch: WriteBatch,
+        watch_ops: usize,
+        replies: Vec<Reply>,
+    },
+}
+
+/// EXEC: runs the queue as one atomic commit (see the module's comment).
+pub async fn exec(shared: &Shared, tx: Transaction, watched: Vec<Watched>) -> Reply {
+    if tx.aborted {
+        return Reply::coded(
+            "EXECABORT",
+            "Transaction discarded because of previous errors.",
+        );
+    }
+    for _ in 0..MAX_RETRIES {
+        // The snapshot is dropped before the commit is awaited.
+        let evaluated = evaluate(&shared.db.snapshot(), &tx.queued, &watched);
+        let (batch, watch_ops, replies) = match evaluated {
+            Err(e) => return e,
+            Ok(Evaluated::WatchFailed) => return Reply::Null,
+            Ok(Evaluated::ReadOnly(replies)) => return Reply::Array(replies),
+            Ok(Evaluated::Write {
+                batch,
+                watch_ops,
+                replies,
+            }) => (batch, watch_ops, replies),
+        };
+        match commands::write(shared, batch).await {
+            Ok(WriteOutcome::Applied) => return Reply::Array(replies),
+            Ok(WriteOutcome::ConditionFailed { op }) if op < watch_ops => return Reply::Null,
+            Ok(WriteOutcome::ConditionFailed { .. }) => continue,
+            Err(e) => return commands::refused(e),
+        }
+    }
+    Reply::err("the transaction's keys changed under every retry; try again")
+}
+
+/// A guard that holds only if `key` still holds `old` (or is still
+/// absent). The engine has no "is absent" condition on its own: a
+/// placeholder is inserted only if absent, then deleted (later operations
+/// of the batch override both).
+fn guard(b: &mut WriteBatch, key: &[u8], old: &Option<Vec<u8>>) -> kivi::Result<()> {
+    match old {
+        Some(v) => b.compare_and_swap(key.to_vec(), v.clone(), v.clone())?,
+        None => b
+            .insert_if_absent(key.to_vec(), Vec::new())?
+            .delete(key.to_vec())?,
+    };
+    Ok(())
+}
+
+fn evaluate(
+    snap: &Snapshot,
+    queued: &[Vec<Vec<u8>>],
+    watched: &[Watched],
+) -> Result<Evaluated, Reply> {
+    let get = |k: &[u8]| snap.get(k).map_err(|e| Reply::err(e.to_string()));
+    let mut b = WriteBatch::new();
+    let too_large = |e: kivi::Error| Reply::err(format!("transaction refused: {e}"));
+    let mut guarded: HashMap<Vec<u8>, ()> = HashMap::new();
+    for (k, d) in watched {
+        let now = get(k)?;
+        if now.as_deref().map(digest) != *d {
+            return Ok(Evaluated::WatchFailed);
+        }
+        guard(&mut b, k, &now).map_err(too_large)?;
+        guarded.insert(k.clone(), ());
+    }
+    let watch_ops = b.len();
+    let mut state = State {
+        snap,
+        now: HashMap::new(),
+        read: Vec::new(),
+        writes: Vec::new(),
+    };
+    let replies: Vec<Reply> = queued
+        .iter()
+        .map(|args| state.run(args).unwrap_or_else(|e| e))
+        .collect();
+    if state.writes.is_empty() {
+        return Ok(Evaluated::ReadOnly(replies));
+    }
+    for (k, old) in &state.read {
+        if !guarded.contains_key(k) {
+            guard(&mut b, k, old).map_err(too_large)?;
+        }
+    }
+    for (k, v) in state.writes {
+        match v {
+            Some(v) => b.put(k, v),
+            None => b.delete(k),
+        }
+        .map_err(too_large)?;
+    }
+    Ok(Evaluated::Write {
+        batch: b,
+        watch_ops,
+        replies,
+    })
+}
+
+/// The store as the transaction sees it: the snapshot under its own writes.
+struct State<'a> {
+    snap: &'a Snapshot,
+    /// Each key's value after the transaction's writes so far (and every
+    /// key read, as read).
+    now: HashMap<Vec<u8>, Option<Vec<u8>>>,
+    /// Keys read from the snapshot before the transaction wrote them, and
+    /// what they held: the commit's guards.
+    read: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+    writes: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+}
+
+impl State<'_> {
+    fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, Reply> {
+        if let Some(v) = self.now.get(key) {
+            return Ok(v.clone());
+        }
+        let v = self.snap.get(key).map_err(|e| Reply::err(e.to_string()))?;
+        self.read.push((key.to_vec(), v.clone()));
+        self.now.insert(key.to_vec(), v.clone());
+        Ok(v)
+    }
+
+    fn set(&mut self, key: &[u8], value: Option<Vec<u8>>) {
+        self.now.insert(key.to_vec(), value.clone());
+        self.writes.push((key.to_vec(), value));
+    }
+
+    /// One queued command: its reply, or its error (which, as in Redis,
+    /// does not stop the others).
+    fn run(&mut self, args: &[Vec<u8>]) -> Result<Reply, Reply> {
+        let name = String::from_utf8_lossy(&args[0]).to_ascii_uppercase();
+        debug_assert!(commands::arity(name.as_bytes()).is_some_and(|a: Arity| a.allows(args.len())));
+        for k in keys_of(&name, args) {
+            if k.len() > MAX_KEY_LEN {
+                return Err(Reply::err(format!(
+                    "key of {} bytes is over the limit of {MAX_KEY_LEN}",
+                    k.len()
+                )));
+            }
+        }
+        let value_ok = |v: &[u8]| {
+            if v.len() > MAX_VALUE_LEN {
+                Err(Reply::err(format!(
+                    "value of {} bytes is over the limit of {MAX_VALUE_LEN}",
+                    v.len()
+                )))
+            } else {
+                Ok(())
+            }
+        };
+        let bulk_or_nil = |v: Option<Vec<u8>>| v.map_or(Reply::Null, Reply::Bulk);
+        match name.as_str() {
+            "PING" if args.len() == 1 => Ok(Reply::Simple("PONG")),
+            "PING" | "ECHO" => Ok(Reply::bulk(args[1].clone())),
+            "GET" => self.get(&args[1]).map(bulk_or_nil),
+            "STRLEN" => Ok(Reply::Int(
+                self.get(&args[1])?.map_or(0, |v| v.len() as i64),
+            )),
+            "EXISTS" => {
+                let mut n = 0;
+                for k in &args[1..] {
+                    n += i64::from(self.get(k)?.is_some());
+                }
+                Ok(Reply::Int(n))
+            }
+            "MGET" => args[1..]
+                .iter()
+                .map(|k| self.get(k).map(bulk_or_nil))
+                .collect::<Result<Vec<_>, _>>()
+                .map(Reply::Array),
+            "SET" => {
+                let o = commands::set_options(&args[3..])?;
+                value_ok(&args[2])?;
+                let old = self.get(&args[1])?;
+                let applies = !(o.nx && old.is_some() || o.xx && old.is_none());
+                if applies {
+                    self.set(&args[1], Some(args[2].clone()));
+                }
+                Ok(match (o.get, applies) {
+                    (true, _) => bulk_or_nil(old),
+                    (false, true) => Reply::ok(),
+                    (false, false) => Reply::Null,
+                })
+            }
+            "SETNX" => {
+                value_ok(&args[2])?;
+                let absent = self.get(&args[1])?.is_none();
+                if absent {
+                    self.set(&args[1], Some(args[2].clone()));
+                }
+                Ok(Reply::Int(i64::from(absent)))
+            }
+            "MSET" => {
+                for kv in args[1..].chunks(2) {
+                    value_ok(&kv[1])?;
+                }
+                for kv in args[1..].chunks(2) {
+                    self.set(&kv[0], Some(kv[1].clone()));
+                }
+                Ok(Reply::ok())
+            }
+            "CAS" => {
+                value_ok(&args[3])?;
+                let swap = self.get(&args[1])?.as_deref() == Some(args[2].as_slice());
+                if swap {
+                    self.set(&args[1], Some(args[3].clone()));
+                }
+                Ok(Reply::Int(i64::from(swap)))
+            }
+            "CAD" => {
+                let matches = self.get(&args[1])?.as_deref() == Some(args[2].as_slice());
+                if matches {
+                    self.set(&args[1], None);
+                }
+                Ok(Reply::Int(i64::from(matches)))
+            }
+            "GETDEL" => {
+                let old = self.get(&args[1])?;
+                if old.is_some() {
+                    self.set(&args[1], None);
+                }
+                Ok(bulk_or_nil(old))
+            }
+            "DEL" => {
+                let mut n = 0;
+                let mut seen: Vec<&[u8]> = Vec::new();
+                for k in &args[1..] {
+                    if seen.contains(&k.as_slice()) {
+                        continue;
+                    }
+                    seen.push(k);
+                    if self.get(k)?.is_some() {
+                        self.set(k, None);
+                        n += 1;
+                    }
+                }
+                Ok(Reply::Int(n))
+            }
+            "INCR" | "DECR" | "INCRBY" | "DECRBY" => {
+                let by = match name.as_str() {
+                    "INCR" => 1,
+                    "DECR" => -1,
+                    _ => {
+                        let by =
+                            commands::parse_i64(&args[2]).ok_or_else(commands::not_an_integer)?;
+                        if name == "DECRBY" {
+                            by.checked_neg()
+                                .ok_or_else(|| Reply::err("decrement would overflow"))?
+                        } else {
+                            by
+                        }
+                    }
+                };
+                let current = match self.get(&args[1])? {
+                    None => 0,
+                    Some(v) => commands::parse_i64(&v).ok_or_else(commands::not_an_integer)?,
+                };
+                let new = current
+                    .checked_add(by)
+                    .ok_or_else(|| Reply::err("increment or decrement would overflow"))?;
+                self.set(&args[1], Some(new.to_string().into_bytes()));
+                Ok(Reply::Int(new))
+            }
+            _ => Err(Reply::err(format!(
+                "'{}' is not supported inside MULTI by kivi",
+                name.to_ascii_lowercase()
+            ))),
+        }
+    }
+}
+
+/// The keys a queued command names.
+fn keys_of<'a>(name: &str, args: &'a [Vec<u8>]) -> Vec<&'a Vec<u8>> {
+    match name {
+        "PING" | "ECHO" => vec![],
+        "MSET" => args[1..].iter().step_by(2).collect(),
+        "EXISTS" | "MGET" | "DEL" => args[1..].iter().collect(),
+        _ => vec![&args[1]],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_command_aborts_the_transaction() {
+        let mut tx = Transaction::default();
+        assert_eq!(
+            queue(&mut tx, vec![b"SET".to_vec(), b"k".to_vec(), b"v".to_vec()]),
+            Reply::Simple("QUEUED")
+        );
+        assert!(!tx.aborted);
+        assert!(matches!(
+            queue(&mut tx, vec![b"NOSUCH".to_vec()]),
+            Reply::Error(_)
+        ));
+        assert!(tx.aborted);
+        let mut tx = Transaction::default();
+        assert!(matches!(
+            queue(&mut tx, vec![b"GET".to_vec()]),
+            Reply::Error(_)
+        ));
+        assert!(tx.aborted);
+        let mut tx = Transaction::default();
+        assert!(matches!(
+            queue(&mut tx, vec![b"SCAN".to_vec(), b"0".to_vec()]),
+            Reply::Error(_)
+        ));
+        assert!(tx.aborted);
+    }
+
+    #[test]
+    fn a_transaction_is_bounded_in_commands() {
+        let mut tx = Transaction::default();
+        for _ in 0..MAX_QUEUED_COMMANDS {
+            assert_eq!(
+                queue(&mut tx, vec![b"PING".to_vec()]),
+                Reply::Simple("QUEUED")
+            );
+        }
+        assert!(matches!(
+            queue(&mut tx, vec![b"PING".to_vec()]),
+            Reply::Error(_)
+        ));
+        assert!(tx.aborted);
+    }
+}
