@@ -2,8 +2,9 @@
 //! batch each and are pipelined: many wait for the same commit. Everything
 //! else (`execute`) runs after the connection's earlier writes are
 //! answered, so a pipeline reads its own writes; commands that read and
-//! then write (INCR, DEL's count, SET ... GET, GETDEL) retry a conditional
-//! batch until no other write came between.
+//! then write (INCR, DEL's count, SET ... GET, GETDEL) run as transactions
+//! of one command (`transaction::run_alone`): a conditional batch, made
+//! again until no other write came between.
 
 use super::glob;
 use super::reply::Reply;
@@ -16,9 +17,6 @@ use std::ops::Bound;
 pub const MAX_RANGE_PAIRS: usize = 100_000;
 /// Keys a SCAN looks at per call, at most, whatever COUNT says.
 const MAX_SCAN_COUNT: usize = 100_000;
-/// Retries of a read-then-write command before it gives up (each retry
-/// means another client changed the key in between).
-const MAX_RETRIES: usize = 1000;
 
 /// Per-connection state the handshake commands change.
 #[derive(Debug, Default)]
@@ -281,19 +279,11 @@ pub async fn execute(shared: &Shared, s: &mut Session, args: Vec<Vec<u8>>) -> Re
             .map_err(|e| Reply::err(e.to_string())),
         "SCAN" => scan(shared, &args),
         "RANGE" => range(shared, &args),
-        "SET" => set_get(shared, &args).await,
-        "GETDEL" => getdel(shared, &args[1]).await,
-        "DEL" => del(shared, &args[1..]).await,
-        "INCR" => incr(shared, &args[1], 1).await,
-        "DECR" => incr(shared, &args[1], -1).await,
-        "INCRBY" | "DECRBY" => match parse_i64(&args[2]) {
-            Some(by) if cmd == "INCRBY" => incr(shared, &args[1], by).await,
-            Some(by) => match by.checked_neg() {
-                Some(by) => incr(shared, &args[1], by).await,
-                None => Err(Reply::err("decrement would overflow")),
-            },
-            None => Err(not_an_integer()),
-        },
+        // SET ... GET (plain SETs are pipelined writes) and the other
+        // commands that read, then write.
+        "SET" | "GETDEL" | "DEL" | "INCR" | "DECR" | "INCRBY" | "DECRBY" => {
+            Ok(transaction::run_alone(shared, args).await)
+        }
         "INFO" => Ok(Reply::bulk(crate::info::render(shared, &args[1..]))),
         "HELLO" => hello(s, &args),
         "CLIENT" => client(s, &args),
@@ -366,132 +356,6 @@ pub(crate) fn parse_i64(b: &[u8]) -> Option<i64> {
         return None;
     }
     s.parse().ok()
-}
-
-/// What one attempt of a read-then-write command decided.
-enum Attempt {
-    /// Write this conditional batch and, once it applies, answer this.
-    Write(WriteBatch, Reply),
-    /// Nothing to write: what was read is the answer.
-    Answer(Reply),
-}
-
-/// Runs a read-then-write command: `attempt` reads and builds a batch
-/// whose conditions hold only if what it read is unchanged; the batch is
-/// written, and the whole attempt made again while another write to the
-/// `what` ("key" or "keys") came in between, at most `MAX_RETRIES` times.
-async fn read_then_write(
-    shared: &Shared,
-    what: &str,
-    mut attempt: impl FnMut() -> Result<Attempt, Reply>,
-) -> Result<Reply, Reply> {
-    for _ in 0..MAX_RETRIES {
-        let (b, answer) = match attempt()? {
-            Attempt::Write(b, answer) => (b, answer),
-            Attempt::Answer(answer) => return Ok(answer),
-        };
-        match write(shared, b).await {
-            Ok(WriteOutcome::Applied) => return Ok(answer),
-            Ok(WriteOutcome::ConditionFailed { .. }) => continue,
-            Err(e) => return Err(refused(e)),
-        }
-    }
-    Err(Reply::err(format!(
-        "the {what} changed under every retry; try again"
-    )))
-}
-
-/// A batch that applies only if `key` still holds `old` (or is still
-/// absent), followed by `then`.
-fn guarded(
-    key: &[u8],
-    old: &Option<Vec<u8>>,
-    then: impl FnOnce(&mut WriteBatch) -> kivi::Result<()>,
-) -> Result<WriteBatch, Reply> {
-    let mut b = WriteBatch::new();
-    let r = match old {
-        Some(v) => b
-            .compare_and_swap(key.to_vec(), v.clone(), v.clone())
-            .map(|_| ()),
-        // No "is absent" condition exists on its own: insert a placeholder
-        // only if absent, and let `then` overwrite or delete it.
-        None => b.insert_if_absent(key.to_vec(), Vec::new()).map(|_| ()),
-    };
-    r.and_then(|_| then(&mut b)).map_err(refused)?;
-    Ok(b)
-}
-
-async fn incr(shared: &Shared, key: &[u8], by: i64) -> Result<Reply, Reply> {
-    read_then_write(shared, "key", || {
-        let old = get(shared, key)?;
-        let current = match &old {
-            None => 0,
-            Some(v) => parse_i64(v).ok_or_else(not_an_integer)?,
-        };
-        let new = current
-            .checked_add(by)
-            .ok_or_else(|| Reply::err("increment or decrement would overflow"))?;
-        let b = guarded(key, &old, |b| {
-            b.put(key.to_vec(), new.to_string().into_bytes())
-                .map(|_| ())
-        })?;
-        Ok(Attempt::Write(b, Reply::Int(new)))
-    })
-    .await
-}
-
-async fn getdel(shared: &Shared, key: &[u8]) -> Result<Reply, Reply> {
-    read_then_write(shared, "key", || {
-        let Some(old) = get(shared, key)? else {
-            return Ok(Attempt::Answer(Reply::Null));
-        };
-        let mut b = WriteBatch::new();
-        b.compare_and_delete(key.to_vec(), old.clone())
-            .map_err(refused)?;
-        Ok(Attempt::Write(b, Reply::Bulk(old)))
-    })
-    .await
-}
-
-/// DEL: how many of the keys existed, all deleted in one atomic batch
-/// that checks each present one still holds what was read.
-async fn del(shared: &Shared, keys: &[Vec<u8>]) -> Result<Reply, Reply> {
-    let mut unique: Vec<&Vec<u8>> = keys.iter().collect();
-    unique.sort();
-    unique.dedup();
-    read_then_write(shared, "keys", || {
-        let mut b = WriteBatch::new();
-        let mut count = 0;
-        for k in &unique {
-            if let Some(v) = get(shared, k)? {
-                b.compare_and_delete(k.to_vec(), v).map_err(refused)?;
-                count += 1;
-            }
-        }
-        if count == 0 {
-            return Ok(Attempt::Answer(Reply::Int(0)));
-        }
-        Ok(Attempt::Write(b, Reply::Int(count)))
-    })
-    .await
-}
-
-/// SET with GET (plain SETs are pipelined writes): the old value, or nil.
-async fn set_get(shared: &Shared, args: &[Vec<u8>]) -> Result<Reply, Reply> {
-    let o = set_options(&args[3..])?;
-    debug_assert!(o.get, "plain SETs are pipelined");
-    let (key, value) = (&args[1], &args[2]);
-    read_then_write(shared, "key", || {
-        let old = get(shared, key)?;
-        let applies = !(o.nx && old.is_some() || o.xx && old.is_none());
-        if !applies {
-            // Nothing to write; the read is the answer.
-            return Ok(Attempt::Answer(old.map_or(Reply::Null, Reply::Bulk)));
-        }
-        let b = guarded(key, &old, |b| b.put(key.clone(), value.clone()).map(|_| ()))?;
-        Ok(Attempt::Write(b, old.map_or(Reply::Null, Reply::Bulk)))
-    })
-    .await
 }
 
 /// SCAN cursor [MATCH pattern] [COUNT n] [TYPE type]. Cursors are numbers

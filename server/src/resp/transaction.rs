@@ -143,27 +143,52 @@ pub async fn exec(shared: &Shared, tx: Transaction, watched: Vec<Watched>) -> Re
             "Transaction discarded because of previous errors.",
         );
     }
+    run(shared, &tx.queued, &watched)
+        .await
+        .map_or_else(|e| e, Reply::Array)
+}
+
+/// A command that reads and then writes (INCR, DEL's count, SET ... GET,
+/// GETDEL), outside a transaction: a transaction of one, so that it writes
+/// only if what it read is unchanged, and is evaluated again if not.
+pub async fn run_alone(shared: &Shared, args: Vec<Vec<u8>>) -> Reply {
+    let queued = [args];
+    match run(shared, &queued, &[]).await {
+        Ok(mut replies) => {
+            debug_assert_eq!(replies.len(), 1);
+            replies.pop().unwrap_or(Reply::Null)
+        }
+        Err(e) => e,
+    }
+}
+
+/// Evaluates and commits `queued`: each command's reply, or the reply for
+/// the whole (nil when a watched key changed, or an error).
+async fn run(
+    shared: &Shared,
+    queued: &[Vec<Vec<u8>>],
+    watched: &[Watched],
+) -> Result<Vec<Reply>, Reply> {
     for _ in 0..MAX_RETRIES {
         // The snapshot is dropped before the commit is awaited.
-        let evaluated = evaluate(&shared.db.snapshot(), &tx.queued, &watched);
+        let evaluated = evaluate(&shared.db.snapshot(), queued, watched)?;
         let (batch, watch_ops, replies) = match evaluated {
-            Err(e) => return e,
-            Ok(Evaluated::WatchFailed) => return Reply::Null,
-            Ok(Evaluated::ReadOnly(replies)) => return Reply::Array(replies),
-            Ok(Evaluated::Write {
+            Evaluated::WatchFailed => return Err(Reply::Null),
+            Evaluated::ReadOnly(replies) => return Ok(replies),
+            Evaluated::Write {
                 batch,
                 watch_ops,
                 replies,
-            }) => (batch, watch_ops, replies),
+            } => (batch, watch_ops, replies),
         };
         match commands::write(shared, batch).await {
-            Ok(WriteOutcome::Applied) => return Reply::Array(replies),
-            Ok(WriteOutcome::ConditionFailed { op }) if op < watch_ops => return Reply::Null,
+            Ok(WriteOutcome::Applied) => return Ok(replies),
+            Ok(WriteOutcome::ConditionFailed { op }) if op < watch_ops => return Err(Reply::Null),
             Ok(WriteOutcome::ConditionFailed { .. }) => continue,
-            Err(e) => return commands::refused(e),
+            Err(e) => return Err(commands::refused(e)),
         }
     }
-    Reply::err("the transaction's keys changed under every retry; try again")
+    Err(Reply::err("the keys changed under every retry; try again"))
 }
 
 /// A guard that holds only if `key` still holds `old` (or is still
@@ -263,20 +288,21 @@ impl State<'_> {
     fn run(&mut self, args: &[Vec<u8>]) -> Result<Reply, Reply> {
         let name = String::from_utf8_lossy(&args[0]).to_ascii_uppercase();
         debug_assert!(commands::arity(name.as_bytes()).is_some_and(|a: Arity| a.allows(args.len())));
+        // The engine's own errors for what a batch would refuse.
         for k in keys_of(&name, args) {
             if k.len() > MAX_KEY_LEN {
-                return Err(Reply::err(format!(
-                    "key of {} bytes is over the limit of {MAX_KEY_LEN}",
-                    k.len()
-                )));
+                return Err(commands::refused(kivi::Error::KeyTooLarge {
+                    len: k.len(),
+                    max: MAX_KEY_LEN,
+                }));
             }
         }
         let value_ok = |v: &[u8]| {
             if v.len() > MAX_VALUE_LEN {
-                Err(Reply::err(format!(
-                    "value of {} bytes is over the limit of {MAX_VALUE_LEN}",
-                    v.len()
-                )))
+                Err(commands::refused(kivi::Error::ValueTooLarge {
+                    len: v.len(),
+                    max: MAX_VALUE_LEN,
+                }))
             } else {
                 Ok(())
             }
