@@ -330,7 +330,12 @@ impl State<'_> {
             "SET" => {
                 let o = commands::set_options(&args[3..])?;
                 value_ok(&args[2])?;
-                let old = self.get(&args[1])?;
+                // A plain SET reads nothing, so it adds no condition.
+                let old = if o.nx || o.xx || o.get {
+                    self.get(&args[1])?
+                } else {
+                    None
+                };
                 let applies = !(o.nx && old.is_some() || o.xx && old.is_none());
                 if applies {
                     self.set(&args[1], Some(args[2].clone()));
