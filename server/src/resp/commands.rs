@@ -79,6 +79,19 @@ pub const COMMANDS: &[(&str, Arity)] = &[
     ("DECR", Arity::Exactly(2)),
     ("INCRBY", Arity::Exactly(3)),
     ("DECRBY", Arity::Exactly(3)),
+    ("GETSET", Arity::Exactly(3)),
+    ("APPEND", Arity::Exactly(3)),
+    ("GETRANGE", Arity::Exactly(4)),
+    ("SUBSTR", Arity::Exactly(4)),
+    ("SETRANGE", Arity::Exactly(4)),
+    ("MSETNX", Arity::Pairs),
+    ("UNLINK", Arity::AtLeast(2)),
+    ("TOUCH", Arity::AtLeast(2)),
+    ("COPY", Arity::AtLeast(3)),
+    ("RENAME", Arity::Exactly(3)),
+    ("RENAMENX", Arity::Exactly(3)),
+    ("TYPE", Arity::Exactly(2)),
+    ("INCRBYFLOAT", Arity::Exactly(3)),
     // The connection and the server.
     ("PING", Arity::Either(1, 2)),
     ("ECHO", Arity::Exactly(2)),
@@ -281,7 +294,9 @@ pub async fn execute(shared: &Shared, s: &mut Session, args: Vec<Vec<u8>>) -> Re
         "RANGE" => range(shared, &args),
         // SET ... GET (plain SETs are pipelined writes) and the other
         // commands that read, then write.
-        "SET" | "GETDEL" | "DEL" | "INCR" | "DECR" | "INCRBY" | "DECRBY" => {
+        "SET" | "GETDEL" | "DEL" | "INCR" | "DECR" | "INCRBY" | "DECRBY" | "GETSET" | "APPEND"
+        | "GETRANGE" | "SUBSTR" | "SETRANGE" | "MSETNX" | "UNLINK" | "TOUCH" | "COPY"
+        | "RENAME" | "RENAMENX" | "TYPE" | "INCRBYFLOAT" => {
             Ok(transaction::run_alone(shared, args).await)
         }
         "INFO" => Ok(Reply::bulk(crate::info::render(shared, &args[1..]))),
@@ -593,8 +608,13 @@ mod tests {
             "MSET" => n >= 3 && n % 2 == 1,
             "CAS" => n == 4,
             "PING" => n == 1 || n == 2,
-            "ECHO" | "GET" | "STRLEN" | "GETDEL" | "INCR" | "DECR" | "SELECT" => n == 2,
-            "EXISTS" | "MGET" | "SCAN" | "DEL" | "CLIENT" | "CONFIG" | "WATCH" => n >= 2,
+            "ECHO" | "GET" | "STRLEN" | "GETDEL" | "INCR" | "DECR" | "SELECT" | "TYPE" => n == 2,
+            "EXISTS" | "MGET" | "SCAN" | "DEL" | "CLIENT" | "CONFIG" | "WATCH" | "UNLINK"
+            | "TOUCH" => n >= 2,
+            "GETSET" | "APPEND" | "RENAME" | "RENAMENX" | "INCRBYFLOAT" => n == 3,
+            "GETRANGE" | "SUBSTR" | "SETRANGE" => n == 4,
+            "MSETNX" => n >= 3 && n % 2 == 1,
+            "COPY" => n >= 3,
             "DBSIZE" | "QUIT" | "MULTI" | "EXEC" | "DISCARD" | "UNWATCH" => n == 1,
             "RANGE" => n == 3 || n == 5,
             "INCRBY" | "DECRBY" => n == 3,

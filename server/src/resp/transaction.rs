@@ -39,8 +39,36 @@ const MAX_RETRIES: usize = 1000;
 /// The commands a transaction may hold: the ones whose effect is on named
 /// keys, which EXEC can evaluate over its snapshot.
 const QUEUEABLE: &[&str] = &[
-    "SET", "SETNX", "MSET", "CAS", "CAD", "GET", "STRLEN", "EXISTS", "MGET", "GETDEL", "DEL",
-    "INCR", "DECR", "INCRBY", "DECRBY", "PING", "ECHO",
+    "SET",
+    "SETNX",
+    "MSET",
+    "CAS",
+    "CAD",
+    "GET",
+    "STRLEN",
+    "EXISTS",
+    "MGET",
+    "GETDEL",
+    "DEL",
+    "INCR",
+    "DECR",
+    "INCRBY",
+    "DECRBY",
+    "PING",
+    "ECHO",
+    "GETSET",
+    "APPEND",
+    "GETRANGE",
+    "SUBSTR",
+    "SETRANGE",
+    "MSETNX",
+    "UNLINK",
+    "TOUCH",
+    "COPY",
+    "RENAME",
+    "RENAMENX",
+    "TYPE",
+    "INCRBYFLOAT",
 ];
 
 /// A connection's open transaction.
@@ -378,6 +406,134 @@ impl State<'_> {
                 }
                 Ok(Reply::Int(i64::from(matches)))
             }
+            "GETSET" => {
+                value_ok(&args[2])?;
+                let old = self.get(&args[1])?;
+                self.set(&args[1], Some(args[2].clone()));
+                Ok(bulk_or_nil(old))
+            }
+            "APPEND" => {
+                let mut v = self.get(&args[1])?.unwrap_or_default();
+                v.extend_from_slice(&args[2]);
+                value_ok(&v)?;
+                let len = v.len() as i64;
+                self.set(&args[1], Some(v));
+                Ok(Reply::Int(len))
+            }
+            "GETRANGE" | "SUBSTR" => {
+                let (Some(start), Some(end)) =
+                    (commands::parse_i64(&args[2]), commands::parse_i64(&args[3]))
+                else {
+                    return Err(commands::not_an_integer());
+                };
+                let v = self.get(&args[1])?.unwrap_or_default();
+                Ok(Reply::Bulk(byte_range(&v, start, end).to_vec()))
+            }
+            "SETRANGE" => {
+                let offset = commands::parse_i64(&args[2])
+                    .and_then(|o| usize::try_from(o).ok())
+                    .ok_or_else(|| Reply::err("offset is out of range"))?;
+                let old = self.get(&args[1])?;
+                if args[3].is_empty() {
+                    // Redis writes nothing for an empty value.
+                    return Ok(Reply::Int(old.map_or(0, |v| v.len() as i64)));
+                }
+                let end = offset.saturating_add(args[3].len());
+                if end > MAX_VALUE_LEN {
+                    return Err(Reply::err("string exceeds maximum allowed size"));
+                }
+                let mut v = old.unwrap_or_default();
+                if v.len() < end {
+                    v.resize(end, 0);
+                }
+                v[offset..end].copy_from_slice(&args[3]);
+                let len = v.len() as i64;
+                self.set(&args[1], Some(v));
+                Ok(Reply::Int(len))
+            }
+            "MSETNX" => {
+                for kv in args[1..].chunks(2) {
+                    value_ok(&kv[1])?;
+                }
+                for kv in args[1..].chunks(2) {
+                    if self.get(&kv[0])?.is_some() {
+                        return Ok(Reply::Int(0));
+                    }
+                }
+                for kv in args[1..].chunks(2) {
+                    self.set(&kv[0], Some(kv[1].clone()));
+                }
+                Ok(Reply::Int(1))
+            }
+            "TOUCH" => {
+                let mut n = 0;
+                for k in &args[1..] {
+                    n += i64::from(self.get(k)?.is_some());
+                }
+                Ok(Reply::Int(n))
+            }
+            "TYPE" => Ok(Reply::Simple(match self.get(&args[1])? {
+                Some(_) => "string",
+                None => "none",
+            })),
+            "COPY" => {
+                let mut replace = false;
+                let mut rest = args[3..].iter();
+                while let Some(a) = rest.next() {
+                    if a.eq_ignore_ascii_case(b"REPLACE") {
+                        replace = true;
+                    } else if a.eq_ignore_ascii_case(b"DB") {
+                        match rest.next().map(|d| commands::parse_i64(d)) {
+                            Some(Some(0)) => {}
+                            Some(Some(_)) => return Err(Reply::err("DB index is out of range")),
+                            _ => return Err(commands::not_an_integer()),
+                        }
+                    } else {
+                        return Err(Reply::err("syntax error"));
+                    }
+                }
+                let Some(v) = self.get(&args[1])? else {
+                    return Ok(Reply::Int(0));
+                };
+                if args[1] == args[2] {
+                    return Err(Reply::err("source and destination objects are the same"));
+                }
+                if !replace && self.get(&args[2])?.is_some() {
+                    return Ok(Reply::Int(0));
+                }
+                self.set(&args[2], Some(v));
+                Ok(Reply::Int(1))
+            }
+            "RENAME" | "RENAMENX" => {
+                let nx = name == "RENAMENX";
+                let Some(v) = self.get(&args[1])? else {
+                    return Err(Reply::err("no such key"));
+                };
+                if args[1] == args[2] {
+                    return Ok(if nx { Reply::Int(0) } else { Reply::ok() });
+                }
+                if nx && self.get(&args[2])?.is_some() {
+                    return Ok(Reply::Int(0));
+                }
+                self.set(&args[1], None);
+                self.set(&args[2], Some(v));
+                Ok(if nx { Reply::Int(1) } else { Reply::ok() })
+            }
+            "INCRBYFLOAT" => {
+                let not_float = || Reply::err("value is not a valid float");
+                let by = parse_f64(&args[2]).ok_or_else(not_float)?;
+                let current = match self.get(&args[1])? {
+                    None => 0.0,
+                    Some(v) => parse_f64(&v).ok_or_else(not_float)?,
+                };
+                let new = current + by;
+                if !new.is_finite() {
+                    return Err(Reply::err("increment would produce NaN or Infinity"));
+                }
+                let text = format!("{new}").into_bytes();
+                self.set(&args[1], Some(text.clone()));
+                Ok(Reply::Bulk(text))
+            }
             "GETDEL" => {
                 let old = self.get(&args[1])?;
                 if old.is_some() {
@@ -385,7 +541,7 @@ impl State<'_> {
                 }
                 Ok(bulk_or_nil(old))
             }
-            "DEL" => {
+            "DEL" | "UNLINK" => {
                 let mut n = 0;
                 let mut seen: Vec<&[u8]> = Vec::new();
                 for k in &args[1..] {
@@ -433,12 +589,35 @@ impl State<'_> {
     }
 }
 
+/// Redis's GETRANGE: `start` and `end` inclusive, negative ones counted
+/// from the end, clamped to the value.
+fn byte_range(v: &[u8], start: i64, end: i64) -> &[u8] {
+    let len = v.len() as i64;
+    let at = |i: i64| if i < 0 { (len + i).max(0) } else { i };
+    let (start, end) = (at(start), at(end).min(len - 1));
+    if len == 0 || start > end {
+        return &[];
+    }
+    &v[start as usize..=end as usize]
+}
+
+/// A float as INCRBYFLOAT takes it: decimal text, no NaN or infinity.
+fn parse_f64(b: &[u8]) -> Option<f64> {
+    let s = std::str::from_utf8(b).ok()?;
+    if s.is_empty() || s.trim() != s {
+        return None;
+    }
+    s.parse::<f64>().ok().filter(|f| f.is_finite())
+}
+
 /// The keys a queued command names.
 fn keys_of<'a>(name: &str, args: &'a [Vec<u8>]) -> Vec<&'a Vec<u8>> {
     match name {
         "PING" | "ECHO" => vec![],
         "MSET" => args[1..].iter().step_by(2).collect(),
-        "EXISTS" | "MGET" | "DEL" => args[1..].iter().collect(),
+        "EXISTS" | "MGET" | "DEL" | "UNLINK" | "TOUCH" => args[1..].iter().collect(),
+        "MSETNX" => args[1..].iter().step_by(2).collect(),
+        "COPY" | "RENAME" | "RENAMENX" => vec![&args[1], &args[2]],
         _ => vec![&args[1]],
     }
 }

@@ -1,0 +1,91 @@
+"""The string and keyspace commands against `kivi serve`, through redis-py,
+checked against what Redis answers (the values below are Redis 7's).
+
+Run by test.sh: KIVI_BIN=target/release/kivi python3 -m pytest tests/server
+"""
+
+import pytest
+import redis
+
+from test_resp import server  # noqa: F401  (the fixture)
+
+
+def test_getset_append_and_ranges(server):  # noqa: F811
+    r = redis.Redis(host=server.host, port=server.port)
+    assert r.getset("k", "a") is None
+    assert r.getset("k", "Hello") == b"a"
+    assert r.append("k", " World") == 11
+    assert r.append("fresh", "xy") == 2
+    assert r.getrange("k", 0, 4) == b"Hello"
+    assert r.getrange("k", -5, -1) == b"World"
+    assert r.getrange("k", 0, -100) == b"H"
+    assert r.getrange("k", 20, 30) == b""
+    assert r.getrange("missing", 0, -1) == b""
+    assert r.execute_command("SUBSTR", "k", 6, 100) == b"World"
+    assert r.setrange("k", 6, "Redis") == 11
+    assert r.get("k") == b"Hello Redis"
+    assert r.setrange("pad", 3, "x") == 4
+    assert r.get("pad") == b"\x00\x00\x00x"
+    assert r.setrange("nothing", 5, "") == 0
+    assert r.exists("nothing") == 0
+    with pytest.raises(redis.ResponseError, match="offset is out of range"):
+        r.setrange("k", -1, "x")
+    with pytest.raises(redis.ResponseError, match="maximum allowed size"):
+        r.setrange("k", 64 << 20, "x")
+
+
+def test_msetnx_touch_unlink_and_type(server):  # noqa: F811
+    r = redis.Redis(host=server.host, port=server.port)
+    assert r.msetnx({"a": "1", "b": "2"}) is True
+    assert r.msetnx({"b": "x", "c": "3"}) is False
+    assert r.get("c") is None and r.get("b") == b"2"
+    assert r.touch("a", "b", "none") == 2
+    assert r.type("a") == b"string"
+    assert r.type("none") == b"none"
+    assert r.unlink("a", "b", "a", "none") == 2
+    assert r.dbsize() == 0
+
+
+def test_copy_and_rename(server):  # noqa: F811
+    r = redis.Redis(host=server.host, port=server.port)
+    r.set("src", "v")
+    assert r.copy("src", "dst") is True
+    assert r.copy("src", "dst") is False
+    r.set("src", "v2")
+    assert r.copy("src", "dst", replace=True) is True
+    assert r.get("dst") == b"v2"
+    assert r.copy("missing", "x") is False
+    assert r.rename("src", "moved") is True
+    assert r.get("src") is None and r.get("moved") == b"v2"
+    with pytest.raises(redis.ResponseError, match="no such key"):
+        r.rename("src", "other")
+    assert r.renamenx("moved", "dst") is False
+    assert r.renamenx("moved", "new") is True
+    assert r.get("new") == b"v2" and r.get("moved") is None
+    # RENAME overwrites, atomically: one commit.
+    r.set("a", "A")
+    r.set("b", "B")
+    assert r.rename("a", "b") is True
+    assert r.get("b") == b"A" and r.get("a") is None
+
+
+def test_incrbyfloat(server):  # noqa: F811
+    r = redis.Redis(host=server.host, port=server.port)
+    r.set("f", "10.50")
+    assert r.incrbyfloat("f", 0.1) == pytest.approx(10.6)
+    assert r.get("f") == b"10.6"
+    assert r.incrbyfloat("new", -5) == -5.0
+    r.set("s", "abc")
+    with pytest.raises(redis.ResponseError, match="not a valid float"):
+        r.incrbyfloat("s", 1)
+    with pytest.raises(redis.ResponseError, match="not a valid float"):
+        r.execute_command("INCRBYFLOAT", "f", "nan")
+
+
+def test_string_commands_inside_a_transaction(server):  # noqa: F811
+    r = redis.Redis(host=server.host, port=server.port)
+    r.set("a", "x")
+    p = r.pipeline()
+    p.append("a", "yz").getrange("a", 1, 2).rename("a", "b").type("a").type("b")
+    assert p.execute() == [3, b"yz", True, b"none", b"string"]
+    assert r.get("b") == b"xyz"
