@@ -89,3 +89,17 @@ def test_string_commands_inside_a_transaction(server):  # noqa: F811
     p.append("a", "yz").getrange("a", 1, 2).rename("a", "b").type("a").type("b")
     assert p.execute() == [3, b"yz", True, b"none", b"string"]
     assert r.get("b") == b"xyz"
+
+
+def test_keys_and_bigkeys(server):  # noqa: F811
+    r = redis.Redis(host=server.host, port=server.port)
+    r.mset({"user:1": "a", "user:2": "bb", "user:10": "c", "session:1": "x" * 100})
+    assert r.keys("user:*") == [b"user:1", b"user:10", b"user:2"]
+    assert r.keys("user:?") == [b"user:1", b"user:2"]
+    assert r.keys("*:1") == [b"session:1", b"user:1"]
+    assert r.keys("nothing*") == []
+    assert len(r.keys()) == 4
+    # redis-cli --bigkeys walks the keyspace with SCAN, TYPE and STRLEN.
+    from test_resp import cli
+    out = cli(server, "--bigkeys")
+    assert "Biggest string found" in out and "session:1" in out, out

@@ -71,6 +71,7 @@ pub const COMMANDS: &[(&str, Arity)] = &[
     ("MGET", Arity::AtLeast(2)),
     ("DBSIZE", Arity::Exactly(1)),
     ("SCAN", Arity::AtLeast(2)),
+    ("KEYS", Arity::Exactly(2)),
     ("RANGE", Arity::Either(3, 5)),
     // Reads, then writes.
     ("GETDEL", Arity::Exactly(2)),
@@ -291,6 +292,7 @@ pub async fn execute(shared: &Shared, s: &mut Session, args: Vec<Vec<u8>>) -> Re
             .map(|st| Reply::Int(st.pairs as i64))
             .map_err(|e| Reply::err(e.to_string())),
         "SCAN" => scan(shared, &args),
+        "KEYS" => keys(shared, &args[1]),
         "RANGE" => range(shared, &args),
         // SET ... GET (plain SETs are pipelined writes) and the other
         // commands that read, then write.
@@ -440,6 +442,43 @@ fn scan(shared: &Shared, args: &[Vec<u8>]) -> Result<Reply, Reply> {
         Reply::bulk(next.to_string()),
         Reply::Array(keys),
     ]))
+}
+
+/// Bytes of keys one KEYS reply holds, at most: past it the client is
+/// told to use SCAN (Redis has no bound; a reply of the whole keyspace
+/// can be the server's memory).
+pub const MAX_KEYS_REPLY_BYTES: usize = 64 << 20;
+
+/// KEYS pattern: every key matching, in key order, from one snapshot. A
+/// pattern that starts with literal bytes scans only the keys with that
+/// prefix.
+fn keys(shared: &Shared, pattern: &[u8]) -> Result<Reply, Reply> {
+    let prefix_len = pattern
+        .iter()
+        .position(|c| matches!(c, b'*' | b'?' | b'[' | b'\\'))
+        .unwrap_or(pattern.len());
+    let prefix = &pattern[..prefix_len];
+    let mut keys = Vec::new();
+    let mut bytes = 0;
+    for item in shared
+        .db
+        .range::<&[u8], _>((Bound::Included(prefix), Bound::Unbounded))
+    {
+        let (k, _) = item.map_err(|e| Reply::err(e.to_string()))?;
+        if !k.starts_with(prefix) {
+            break;
+        }
+        if glob::matches(pattern, &k) {
+            bytes += k.len();
+            if bytes > MAX_KEYS_REPLY_BYTES {
+                return Err(Reply::err(format!(
+                    "KEYS would answer more than {MAX_KEYS_REPLY_BYTES} bytes of keys; use SCAN"
+                )));
+            }
+            keys.push(Reply::Bulk(k));
+        }
+    }
+    Ok(Reply::Array(keys))
 }
 
 /// RANGE start end [LIMIT n]: pairs with start <= key < end (an empty end:
@@ -608,7 +647,9 @@ mod tests {
             "MSET" => n >= 3 && n % 2 == 1,
             "CAS" => n == 4,
             "PING" => n == 1 || n == 2,
-            "ECHO" | "GET" | "STRLEN" | "GETDEL" | "INCR" | "DECR" | "SELECT" | "TYPE" => n == 2,
+            "ECHO" | "GET" | "STRLEN" | "GETDEL" | "INCR" | "DECR" | "SELECT" | "TYPE" | "KEYS" => {
+                n == 2
+            }
             "EXISTS" | "MGET" | "SCAN" | "DEL" | "CLIENT" | "CONFIG" | "WATCH" | "UNLINK"
             | "TOUCH" => n >= 2,
             "GETSET" | "APPEND" | "RENAME" | "RENAMENX" | "INCRBYFLOAT" => n == 3,
