@@ -552,7 +552,10 @@ fn check_counts_the_store_right_when_the_newest_checkpoint_is_a_slice() {
 }
 
 /// Opens the gate of `StalledPages` when dropped.
-struct OpenGate(std::sync::Arc<(parking_lot::Mutex<bool>, parking_lot::Condvar)>);
+/// Held shut (true), page syncs wait; opened, they go through.
+type Gate = std::sync::Arc<(parking_lot::Mutex<bool>, parking_lot::Condvar)>;
+
+struct OpenGate(Gate);
 
 impl Drop for OpenGate {
     fn drop(&mut self) {
@@ -567,7 +570,7 @@ impl Drop for OpenGate {
 #[derive(Debug, Clone)]
 struct StalledPages {
     sim: kivi_storage::SimStorage,
-    gate: std::sync::Arc<(parking_lot::Mutex<bool>, parking_lot::Condvar)>,
+    gate: Gate,
 }
 
 struct GatedWriter {
@@ -633,18 +636,16 @@ impl kivi::storage::Storage for StalledPages {
     }
 }
 
-#[test]
-fn writers_wait_while_unwritten_changes_fill_the_write_buffer_twice() {
-    // Checkpoints cannot finish (their page syncs are held), so changes
-    // gather in memory; past twice the write buffer each write must wait
-    // (up to a second) instead of adding more. Once the checkpoints go
-    // through, the changes drain and writes stop waiting.
-    let gate = std::sync::Arc::new((parking_lot::Mutex::new(false), parking_lot::Condvar::new()));
+/// A store on `StalledPages` with a small write buffer, no checkpoints
+/// for the log's growth and no cleaning, and the gate that holds its
+/// page syncs (open until set).
+fn stalled_store(write_buffer: u64) -> (Db, Gate) {
+    let gate: Gate =
+        std::sync::Arc::new((parking_lot::Mutex::new(false), parking_lot::Condvar::new()));
     let storage = StalledPages {
         sim: kivi_storage::SimStorage::new(),
         gate: gate.clone(),
     };
-    let write_buffer = 256u64 << 10;
     let opts = Options {
         cache_bytes: 1 << 20,
         checkpoint_bytes: 1 << 40,
@@ -653,6 +654,17 @@ fn writers_wait_while_unwritten_changes_fill_the_write_buffer_twice() {
         ..Options::default()
     };
     let db = Db::open_with_storage(std::sync::Arc::new(storage), opts).unwrap();
+    (db, gate)
+}
+
+#[test]
+fn writers_wait_while_unwritten_changes_fill_the_write_buffer_twice() {
+    // Checkpoints cannot finish (their page syncs are held), so changes
+    // gather in memory; past twice the write buffer each write must wait
+    // (up to a second) instead of adding more. Once the checkpoints go
+    // through, the changes drain and writes stop waiting.
+    let write_buffer = 256u64 << 10;
+    let (db, gate) = stalled_store(write_buffer);
     // Dropped before the store: a failed assertion below must fail the
     // test, not leave the store's close waiting on a closed gate forever.
     let _open_on_exit = OpenGate(gate.clone());
@@ -724,20 +736,8 @@ fn small_writes_pass_the_stall_line_by_an_allowance_and_batches_do_not() {
     // buffer, a single put goes through at once (small writes wait only
     // past a sixteenth more: a put arriving while a backlog drains is not
     // held a second for it), while a batch waits.
-    let gate = std::sync::Arc::new((parking_lot::Mutex::new(false), parking_lot::Condvar::new()));
-    let storage = StalledPages {
-        sim: kivi_storage::SimStorage::new(),
-        gate: gate.clone(),
-    };
     let write_buffer = 256u64 << 10;
-    let opts = Options {
-        cache_bytes: 1 << 20,
-        checkpoint_bytes: 1 << 40,
-        write_buffer_bytes: write_buffer,
-        space_amplification_max: 1000.0,
-        ..Options::default()
-    };
-    let db = Db::open_with_storage(std::sync::Arc::new(storage), opts).unwrap();
+    let (db, gate) = stalled_store(write_buffer);
     let _open_on_exit = OpenGate(gate.clone());
     let mut model = Model::new();
     update(&db, &mut model, 5_000, 1, 1);

@@ -23,7 +23,7 @@ use crate::Shared;
 use kivi::limits::{MAX_BATCH_BYTES, MAX_KEY_LEN, MAX_VALUE_LEN};
 use kivi::{Snapshot, WriteBatch, WriteOutcome};
 use sha2::{Digest, Sha256};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// Commands one transaction may queue, at most.
 pub const MAX_QUEUED_COMMANDS: usize = 100_000;
@@ -241,14 +241,14 @@ fn evaluate(
     let get = |k: &[u8]| snap.get(k).map_err(|e| Reply::err(e.to_string()));
     let mut b = WriteBatch::new();
     let too_large = |e: kivi::Error| Reply::err(format!("transaction refused: {e}"));
-    let mut guarded: HashMap<Vec<u8>, ()> = HashMap::new();
+    let mut guarded: HashSet<&[u8]> = HashSet::new();
     for (k, d) in watched {
         let now = get(k)?;
         if now.as_deref().map(digest) != *d {
             return Ok(Evaluated::WatchFailed);
         }
         guard(&mut b, k, &now).map_err(too_large)?;
-        guarded.insert(k.clone(), ());
+        guarded.insert(k);
     }
     let watch_ops = b.len();
     let mut state = State {
@@ -265,7 +265,7 @@ fn evaluate(
         return Ok(Evaluated::ReadOnly(replies));
     }
     for (k, old) in &state.read {
-        if !guarded.contains_key(k) {
+        if !guarded.contains(k.as_slice()) {
             guard(&mut b, k, old).map_err(too_large)?;
         }
     }
