@@ -1,13 +1,18 @@
 //! Write batches: puts, deletes and conditional writes applied atomically.
 
 use crate::error::{Error, Result};
+use crate::expiry::{Deadline, Millis};
 use crate::limits::{MAX_BATCH_BYTES, MAX_KEY_LEN, MAX_VALUE_LEN};
+use kivi_log::NO_DEADLINE;
 
+/// One operation. A written value carries its `deadline` (`NO_DEADLINE`:
+/// none). An expired value counts as absent to every condition.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum BatchOp {
     Put {
         key: Vec<u8>,
         value: Vec<u8>,
+        deadline: Millis,
     },
     Delete {
         key: Vec<u8>,
@@ -16,22 +21,29 @@ pub(crate) enum BatchOp {
     InsertIfAbsent {
         key: Vec<u8>,
         value: Vec<u8>,
+        deadline: Millis,
     },
     /// Put only if the key is present.
     UpdateIfPresent {
         key: Vec<u8>,
         value: Vec<u8>,
+        deadline: Millis,
     },
-    /// Put only if the current value equals `expected`.
+    /// Put only if the current value equals `expected` (and, if
+    /// `expected_deadline` is set, its deadline equals that one).
     CompareAndSwap {
         key: Vec<u8>,
         expected: Vec<u8>,
+        expected_deadline: Option<Millis>,
         value: Vec<u8>,
+        deadline: Millis,
     },
-    /// Delete only if the current value equals `expected`.
+    /// Delete only if the current value equals `expected` (and, if
+    /// `expected_deadline` is set, its deadline equals that one).
     CompareAndDelete {
         key: Vec<u8>,
         expected: Vec<u8>,
+        expected_deadline: Option<Millis>,
     },
 }
 
@@ -145,7 +157,67 @@ impl WriteBatch {
         check_key(&key)?;
         check_value(&value)?;
         let n = key.len() + value.len();
-        self.push(BatchOp::Put { key, value }, n)?;
+        self.push(
+            BatchOp::Put {
+                key,
+                value,
+                deadline: NO_DEADLINE,
+            },
+            n,
+        )?;
+        Ok(self)
+    }
+
+    /// Gives the value the operation just added writes (a put, insert,
+    /// update or swap) a deadline: the key is absent to every read after it.
+    /// `None` writes a value that never expires (the default), so a
+    /// deadline the key had before is dropped unless written again.
+    ///
+    /// ```no_run
+    /// # let db = kivi::Db::open("d", kivi::Options::default())?;
+    /// let mut b = kivi::WriteBatch::new();
+    /// let in_a_minute = db.clock().after(std::time::Duration::from_secs(60));
+    /// b.put(b"session".to_vec(), b"...".to_vec())?.with_deadline(Some(in_a_minute))?;
+    /// db.write(b)?;
+    /// # Ok::<(), kivi::Error>(())
+    /// ```
+    pub fn with_deadline(&mut self, deadline: Option<Deadline>) -> Result<&mut Self> {
+        let slot = match self.ops.last_mut() {
+            Some(
+                BatchOp::Put { deadline, .. }
+                | BatchOp::InsertIfAbsent { deadline, .. }
+                | BatchOp::UpdateIfPresent { deadline, .. }
+                | BatchOp::CompareAndSwap { deadline, .. },
+            ) => deadline,
+            _ => {
+                return Err(Error::InvalidBatch(
+                    "a deadline goes on an operation that writes a value",
+                ))
+            }
+        };
+        *slot = Deadline::millis(deadline);
+        Ok(self)
+    }
+
+    /// Adds to the compare-and-swap or compare-and-delete just added the
+    /// condition that the current value's deadline is `deadline` (`None`:
+    /// that it has none). Without it only the value's bytes are compared.
+    pub fn if_deadline(&mut self, deadline: Option<Deadline>) -> Result<&mut Self> {
+        match self.ops.last_mut() {
+            Some(
+                BatchOp::CompareAndSwap {
+                    expected_deadline, ..
+                }
+                | BatchOp::CompareAndDelete {
+                    expected_deadline, ..
+                },
+            ) => *expected_deadline = Some(Deadline::millis(deadline)),
+            _ => {
+                return Err(Error::InvalidBatch(
+                    "a deadline condition goes on a compare-and-swap or compare-and-delete",
+                ))
+            }
+        }
         Ok(self)
     }
 
@@ -166,7 +238,15 @@ impl WriteBatch {
         check_key(&key)?;
         check_value(&value)?;
         let n = key.len() + value.len();
-        self.push(BatchOp::InsertIfAbsent { key, value }, n)?;
+        let deadline = NO_DEADLINE;
+        self.push(
+            BatchOp::InsertIfAbsent {
+                key,
+                value,
+                deadline,
+            },
+            n,
+        )?;
         Ok(self)
     }
 
@@ -179,7 +259,15 @@ impl WriteBatch {
         check_key(&key)?;
         check_value(&value)?;
         let n = key.len() + value.len();
-        self.push(BatchOp::UpdateIfPresent { key, value }, n)?;
+        let deadline = NO_DEADLINE;
+        self.push(
+            BatchOp::UpdateIfPresent {
+                key,
+                value,
+                deadline,
+            },
+            n,
+        )?;
         Ok(self)
     }
 
@@ -198,7 +286,9 @@ impl WriteBatch {
             BatchOp::CompareAndSwap {
                 key,
                 expected,
+                expected_deadline: None,
                 value,
+                deadline: NO_DEADLINE,
             },
             n,
         )?;
@@ -214,7 +304,15 @@ impl WriteBatch {
         check_key(&key)?;
         check_value(&expected)?;
         let n = key.len() + expected.len();
-        self.push(BatchOp::CompareAndDelete { key, expected }, n)?;
+        let expected_deadline = None;
+        self.push(
+            BatchOp::CompareAndDelete {
+                key,
+                expected,
+                expected_deadline,
+            },
+            n,
+        )?;
         Ok(self)
     }
 }

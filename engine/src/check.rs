@@ -273,6 +273,8 @@ fn check_checkpoint_tree(pager: &Pager, c: CheckpointRecord, report: &mut CheckR
         page,
         subtree: c.tree_bytes,
         oldest: c.root_oldest,
+        // The checkpoint does not record it.
+        earliest: kivi_log::ANY_DEADLINE,
     };
     match pager.load_uncached(at, c.root_level) {
         Ok(root) => {

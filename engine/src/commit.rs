@@ -20,11 +20,12 @@ use crate::backpressure::{log_over_target, Backpressure, EARLY_CHECKPOINT_MIN_BY
 use crate::batch::{BatchOp, WriteBatch};
 use crate::commit_log::CommitLog;
 use crate::error::{Error, Result};
+use crate::expiry::{is_live, Millis};
 use crate::options::Durability;
 use crate::pipeline::{Pipeline, Reply, Request, Ticket, WriteOutcome};
 use crate::store::Store;
 use crate::version::{Epoch, Version};
-use crate::write_buffer::WriteBuffer;
+use crate::write_buffer::{Stored, WriteBuffer};
 use kivi_log::{CheckpointRecord, CommitRecord, OpRef, RecordType};
 use kivi_storage::SegmentId;
 use kivi_tree::{apply, compare_keys, keys_in_leaf_of, release_written, Applied, TreeWrite};
@@ -73,7 +74,7 @@ pub(crate) struct CommitPath {
 }
 
 /// One operation of a group: a put (`Some(value)`) or a delete.
-type Op<'a> = (&'a [u8], Option<&'a [u8]>);
+type Op<'a> = crate::write_buffer::Write<'a>;
 
 /// One reply per ticket of the group, `None` until known.
 type Replies = Vec<Option<Result<Reply>>>;
@@ -229,7 +230,7 @@ impl CommitPath {
         let op_refs: Vec<OpRef<'_>> = ops
             .iter()
             .map(|&(k, v)| match v {
-                Some(v) => OpRef::Put(k, v),
+                Some((v, deadline)) => OpRef::Put(k, v, deadline),
                 None => OpRef::Delete(k),
             })
             .collect();
@@ -323,13 +324,19 @@ fn decide_group<'g>(store: &Store, group: &'g [Arc<Ticket>], base: &Version) -> 
     let conditional = group
         .iter()
         .any(|t| matches!(&t.request, Request::Write(b) if b.conditional));
-    let mut overlay: HashMap<&[u8], Option<&[u8]>> = HashMap::new();
+    let mut overlay: HashMap<&[u8], Option<Stored<'_>>> = HashMap::new();
+    // One moment for the whole group: its conditions see expiry as of it.
+    let now = store.clock_now();
     for t in group {
         match &t.request {
             Request::Write(batch) if !batch.conditional => {
                 for op in &batch.ops {
                     let effect = match op {
-                        BatchOp::Put { key, value } => (key.as_slice(), Some(value.as_slice())),
+                        BatchOp::Put {
+                            key,
+                            value,
+                            deadline,
+                        } => (key.as_slice(), Some((value.as_slice(), *deadline))),
                         BatchOp::Delete { key } => (key.as_slice(), None),
                         _ => unreachable!("unconditional batch"),
                     };
@@ -341,7 +348,7 @@ fn decide_group<'g>(store: &Store, group: &'g [Arc<Ticket>], base: &Version) -> 
                 replies.push(Some(Ok(Reply::Write(WriteOutcome::Applied))));
             }
             Request::Write(batch) => {
-                let outcome = decide(store, batch, base, &mut overlay, &mut ops);
+                let outcome = decide(store, batch, base, now, &mut overlay, &mut ops);
                 replies.push(Some(outcome.map(Reply::Write)));
             }
             Request::Checkpoint {
@@ -595,38 +602,57 @@ fn dense(store: &Store, v: &Version, ops: &[Op<'_>]) -> bool {
 
 /// Decides a batch with conditions against the tree plus the effects of
 /// earlier batches of the group (`overlay`); appends its effects to `ops`
-/// if every condition holds.
+/// if every condition holds. A value whose deadline is before `now` is
+/// absent to every condition.
 fn decide<'a>(
     store: &Store,
     batch: &'a WriteBatch,
     base: &Version,
-    overlay: &mut HashMap<&'a [u8], Option<&'a [u8]>>,
+    now: Millis,
+    overlay: &mut HashMap<&'a [u8], Option<Stored<'a>>>,
     ops: &mut Vec<Op<'a>>,
 ) -> Result<WriteOutcome> {
-    let mut local: HashMap<&'a [u8], Option<&'a [u8]>> = HashMap::new();
+    let mut local: HashMap<&'a [u8], Option<Stored<'a>>> = HashMap::new();
     let mut effects = Vec::with_capacity(batch.ops.len());
     let mut buf = Vec::new();
     for (i, op) in batch.ops.iter().enumerate() {
         let key = op.key();
         // The value this op sees: this batch's, then the group's, then the tree's.
-        let current: Option<&[u8]> = match local.get(key).or_else(|| overlay.get(key)) {
+        let current: Option<Stored<'_>> = match local.get(key).or_else(|| overlay.get(key)) {
             Some(v) => *v,
-            None => {
-                let found = store.read(base, key, &mut buf)?;
-                found.then_some(buf.as_slice())
-            }
+            None => store
+                .read(base, key, &mut buf)?
+                .map(|deadline| (buf.as_slice(), deadline)),
         };
-        let effect: Option<Option<&'a [u8]>> = match op {
-            BatchOp::Put { value, .. } => Some(Some(value)),
+        let current = current.filter(|&(_, d)| is_live(d, now));
+        let matches = |expected: &[u8], expected_deadline: &Option<Millis>| {
+            current.is_some_and(|(v, d)| {
+                v == expected && expected_deadline.is_none_or(|want| want == d)
+            })
+        };
+        let effect: Option<Option<Stored<'a>>> = match op {
+            BatchOp::Put {
+                value, deadline, ..
+            } => Some(Some((value, *deadline))),
             BatchOp::Delete { .. } => Some(None),
-            BatchOp::InsertIfAbsent { value, .. } => current.is_none().then_some(Some(value)),
-            BatchOp::UpdateIfPresent { value, .. } => current.is_some().then_some(Some(value)),
+            BatchOp::InsertIfAbsent {
+                value, deadline, ..
+            } => current.is_none().then_some(Some((value, *deadline))),
+            BatchOp::UpdateIfPresent {
+                value, deadline, ..
+            } => current.is_some().then_some(Some((value, *deadline))),
             BatchOp::CompareAndSwap {
-                expected, value, ..
-            } => (current == Some(expected.as_slice())).then_some(Some(value)),
-            BatchOp::CompareAndDelete { expected, .. } => {
-                (current == Some(expected.as_slice())).then_some(None)
-            }
+                expected,
+                expected_deadline,
+                value,
+                deadline,
+                ..
+            } => matches(expected, expected_deadline).then_some(Some((value, *deadline))),
+            BatchOp::CompareAndDelete {
+                expected,
+                expected_deadline,
+                ..
+            } => matches(expected, expected_deadline).then_some(None),
         };
         match effect {
             Some(e) => {

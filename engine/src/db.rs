@@ -9,6 +9,7 @@ use crate::commit::{CommitPath, Writer};
 use crate::commit_log::CommitLog;
 use crate::counters::Counters;
 use crate::error::{Error, Result};
+use crate::expiry::{is_live, Clock, Deadline, Millis};
 use crate::identity::{self, IDENTITY};
 use crate::iter::{Iter, Scan, Snapshot};
 use crate::limits::MAX_KEY_LEN;
@@ -18,6 +19,7 @@ use crate::page_log::PageLog;
 use crate::pipeline::{Reply, Request, WriteOutcome};
 use crate::recovery::recover;
 use crate::store::{OpenReport, Store};
+use crate::write_buffer::Stored;
 use kivi_log::SegmentIds;
 use kivi_storage::{LocalDir, Storage};
 use kivi_tree::{get_each, Pager, TreeConfig};
@@ -219,7 +221,7 @@ impl Db {
         &self.handle.inner.checkpointer
     }
 
-    /// The value stored under `key`.
+    /// The value stored under `key` (absent once its deadline passed).
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         let mut out = Vec::new();
         Ok(self.get_into(key, &mut out)?.then_some(out))
@@ -228,6 +230,18 @@ impl Db {
     /// Reads the value under `key` into `out` (reusing its allocation);
     /// `Ok(false)` when absent.
     pub fn get_into(&self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+        Ok(self.read_live(key, out)?.is_some())
+    }
+
+    /// The value stored under `key` and its deadline (`None`: it never
+    /// expires).
+    pub fn get_with_deadline(&self, key: &[u8]) -> Result<Option<(Vec<u8>, Option<Deadline>)>> {
+        let mut out = Vec::new();
+        let found = self.read_live(key, &mut out)?;
+        Ok(found.map(|d| (out, Deadline::from_millis(d))))
+    }
+
+    fn read_live(&self, key: &[u8], out: &mut Vec<u8>) -> Result<Option<Millis>> {
         if key.len() > MAX_KEY_LEN {
             return Err(Error::KeyTooLarge {
                 len: key.len(),
@@ -235,7 +249,12 @@ impl Db {
             });
         }
         let store = self.store();
-        store.read(&store.current(), key, out)
+        store.read_live(&store.current(), key, out)
+    }
+
+    /// The clock this store decides expiry by ([`Options::clock`]).
+    pub fn clock(&self) -> &Clock {
+        &self.store().opts().clock
     }
 
     /// Reads the values under `keys`, all as of one moment, calling
@@ -257,17 +276,24 @@ impl Db {
         }
         let store = self.store();
         let v = store.current();
+        let now = store.clock_now();
         if let [key] = keys {
             // Nothing to overlap: the plain lookup, without the passes'
             // bookkeeping.
             let mut out = Vec::new();
-            let found_it = store.read(&v, key, &mut out)?;
-            let _ = found(0, found_it.then_some(out.as_slice()));
+            let found_it = store.read_live(&v, key, &mut out)?;
+            let _ = found(0, found_it.map(|_| out.as_slice()));
             return Ok(());
         }
         // The write buffer answers the keys written since the tree under
-        // it; the tree, the others.
-        let buffered: Vec<Option<Option<&[u8]>>> = keys.iter().map(|k| v.buffer.find(k)).collect();
+        // it; the tree, the others. Expired values are absent.
+        fn live(value: Option<Stored<'_>>, now: Millis) -> Option<&[u8]> {
+            value.filter(|&(_, d)| is_live(d, now)).map(|(v, _)| v)
+        }
+        let buffered: Vec<Option<Option<&[u8]>>> = keys
+            .iter()
+            .map(|k| v.buffer.find(k).map(|w| live(w, now)))
+            .collect();
         let (in_tree, tree_keys): (Vec<usize>, Vec<&[u8]>) = keys
             .iter()
             .enumerate()
@@ -291,7 +317,7 @@ impl Db {
         };
         let flow = match &v.root {
             Some(root) => get_each(store.pager(), root, &tree_keys, &mut |t, value| {
-                answer(in_tree[t], value)
+                answer(in_tree[t], live(value, now))
             })?,
             None => in_tree.iter().try_for_each(|&i| answer(i, None)),
         };
@@ -306,6 +332,19 @@ impl Db {
     pub fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
         let mut b = WriteBatch::new();
         b.put(key, value)?;
+        self.write(b).map(|_| ())
+    }
+
+    /// Stores `value` under `key` until `deadline` (after it the key is
+    /// absent; `None`: never); durable when it returns.
+    pub fn put_with_deadline(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        deadline: Option<Deadline>,
+    ) -> Result<()> {
+        let mut b = WriteBatch::new();
+        b.put(key, value)?.with_deadline(deadline)?;
         self.write(b).map(|_| ())
     }
 

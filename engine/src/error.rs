@@ -26,6 +26,10 @@ pub enum Error {
     Closed,
     #[error("invalid option: {0}")]
     InvalidOption(String),
+    /// A batch modifier met an operation it does not apply to (a deadline
+    /// on a delete, say).
+    #[error("invalid batch: {0}")]
+    InvalidBatch(&'static str),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -80,6 +84,7 @@ impl Error {
             Error::ReadOnly => Error::ReadOnly,
             Error::Closed => Error::Closed,
             Error::InvalidOption(s) => Error::InvalidOption(s.clone()),
+            Error::InvalidBatch(s) => Error::InvalidBatch(s),
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Snapshots and ordered range iteration.
 
 use crate::error::Result;
+use crate::expiry::{is_live, Deadline, Millis};
 use crate::store::Store;
 use crate::version::Version;
 use crate::write_buffer::{Chunk, WalkPosition};
@@ -72,13 +73,21 @@ impl Snapshot {
         }
     }
 
+    /// The value under `key` in this snapshot, unless it has expired (by
+    /// the store's clock now: a snapshot holds its writes, not the time).
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self.get_with_deadline(key)?.map(|(v, _)| v))
+    }
+
+    /// The value under `key` in this snapshot and its deadline (`None`: it
+    /// never expires), unless it has expired.
+    pub fn get_with_deadline(&self, key: &[u8]) -> Result<Option<(Vec<u8>, Option<Deadline>)>> {
         let mut out = Vec::new();
-        Ok(self
+        let found = self
             .held
             .store
-            .read(&self.held.version, key, &mut out)?
-            .then_some(out))
+            .read_live(&self.held.version, key, &mut out)?;
+        Ok(found.map(|d| (out, Deadline::from_millis(d))))
     }
 
     pub fn range<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> Iter {
@@ -252,6 +261,9 @@ pub struct Scan {
     buffer_walk: Option<WalkPosition>,
     /// The cursor's pair was returned (or hidden): step before using it.
     tree_consumed: bool,
+    /// The moment the scan decides expiry by, taken when it was made: a
+    /// scan sees every key as of one time, as it sees one version.
+    now: Millis,
 }
 
 /// Buffered pairs a scan takes from the write buffer at a time.
@@ -274,6 +286,7 @@ impl Scan {
         forward: bool,
     ) -> Self {
         let cursor = Cursor::new(version.root.clone());
+        let now = store.clock_now();
         Scan {
             cursor,
             held: Held::new(store, version),
@@ -286,6 +299,7 @@ impl Scan {
             buffered: Chunk::default(),
             buffer_walk: None,
             tree_consumed: true,
+            now,
         }
     }
 
@@ -350,16 +364,20 @@ impl Scan {
             return Ok(None);
         }
         if self.held.version.visible_seq == self.held.version.seq {
-            // Nothing buffered: the tree alone.
-            if let Err(e) = self.position() {
-                self.done = true;
-                return Err(e);
+            // Nothing buffered: the tree alone, less its expired pairs.
+            loop {
+                if let Err(e) = self.position() {
+                    self.done = true;
+                    return Err(e);
+                }
+                if !self.cursor.is_valid() || !self.in_range(self.cursor.key()) {
+                    self.done = true;
+                    return Ok(None);
+                }
+                if is_live(self.cursor.deadline(), self.now) {
+                    return self.tree_pair();
+                }
             }
-            if !self.cursor.is_valid() || !self.in_range(self.cursor.key()) {
-                self.done = true;
-                return Ok(None);
-            }
-            return self.tree_pair();
         }
         // The tree and the write buffer side by side; on the same key the
         // buffer's write wins, and its deletes hide the tree's pair.
@@ -398,7 +416,10 @@ impl Scan {
             };
             if !from_buffer {
                 self.tree_consumed = true;
-                return self.tree_pair();
+                if is_live(self.cursor.deadline(), self.now) {
+                    return self.tree_pair();
+                }
+                continue;
             }
             let i = self.buffered.pop();
             if !self.buffered.is_delete(i) {
@@ -428,7 +449,7 @@ impl Scan {
         });
         // Once the walk is done every call would come here; leave at once.
         if !walk.is_done() {
-            buffer.take(walk, BUFFER_CHUNK, &mut self.buffered);
+            buffer.take(walk, BUFFER_CHUNK, &mut self.buffered, self.now);
         }
     }
 }

@@ -27,6 +27,7 @@ mod commit_log;
 mod counters;
 mod db;
 mod error;
+mod expiry;
 mod identity;
 mod iter;
 pub mod limits;
@@ -46,6 +47,7 @@ pub use batch::WriteBatch;
 pub use check::CheckReport;
 pub use db::Db;
 pub use error::{Error, Result};
+pub use expiry::{Clock, Deadline};
 pub use iter::{Iter, Scan, Snapshot};
 /// Sealed tables: sparkey-compatible immutable hash tables (the `kivi-tables`
 /// crate; the `tables` feature, on by default).

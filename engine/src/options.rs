@@ -54,6 +54,9 @@ pub struct Options {
     pub create_if_missing: bool,
     /// Open without writing anything; writes fail with [`Error::ReadOnly`].
     pub read_only: bool,
+    /// The time deadlines are decided by (default: the system's clock;
+    /// [`Clock::manual`](crate::Clock::manual) for tests and simulations).
+    pub clock: crate::Clock,
 }
 
 impl Default for Options {
@@ -68,6 +71,7 @@ impl Default for Options {
             space_amplification_max: 2.0,
             create_if_missing: true,
             read_only: false,
+            clock: crate::Clock::system(),
         }
     }
 }

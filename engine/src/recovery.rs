@@ -22,7 +22,7 @@ use crate::checkpoint_format::unreferenced_below;
 use crate::commit_log::LogSegment;
 use crate::error::{Error, Result};
 use crate::version::{OpenCount, TreePairs, Version};
-use crate::write_buffer::{SpareArrays, WriteBuffer};
+use crate::write_buffer::{SpareArrays, Write, WriteBuffer};
 use kivi_log::{
     read_header, scan_segment, CheckpointRecord, CommitRecord, Corruption, OpRef, RecordType,
     ScanEnd, ScannedRecord, SegmentHeader, SegmentKind, SEGMENT_HEADER_LEN,
@@ -427,6 +427,8 @@ fn load_checkpoint_tree(
         page,
         subtree: c.tree_bytes,
         oldest: c.root_oldest,
+        // The checkpoint does not record it.
+        earliest: kivi_log::ANY_DEADLINE,
     };
     Ok(Some(pager.load(at, c.root_level)?))
 }
@@ -501,10 +503,10 @@ fn replay_log(chain: &[&Seg], ends: &[ScanEnd], log: &LogScan) -> Result<Replay>
             if seq <= base_seq {
                 continue;
             }
-            let ops: Vec<(&[u8], Option<&[u8]>)> = decoded
+            let ops: Vec<Write> = decoded
                 .iter()
                 .map(|op| match *op {
-                    OpRef::Put(k, v) => (k, Some(v)),
+                    OpRef::Put(k, v, deadline) => (k, Some((v, deadline))),
                     OpRef::Delete(k) => (k, None),
                 })
                 .collect();
@@ -521,7 +523,7 @@ impl Replay {
     /// Takes the operations of commit `seq` (after `replay_from`; sorted
     /// by key, one per key, as commit records are), whose record is `len`
     /// bytes.
-    fn commit(&mut self, seq: u64, ops: &[(&[u8], Option<&[u8]>)], len: u64) {
+    fn commit(&mut self, seq: u64, ops: &[Write], len: u64) {
         let counted_at = self.checkpoint.map_or(0, |c| c.seq);
         if seq > counted_at && self.to_checkpoint.is_none() {
             self.to_checkpoint = Some(self.buffer.clone());

@@ -9,7 +9,8 @@
 //! `merge_buffer` safe to call from there.
 
 use crate::counters::Counters;
-use crate::error::{Error, Result};
+use crate::error::Result;
+use crate::expiry::{is_live, Millis};
 use crate::options::Options;
 use crate::version::{Reclaimer, TreePairs, Version};
 use crate::write_buffer::{Lookup, SpareArrays};
@@ -163,16 +164,31 @@ impl Store {
         self.opened_at.elapsed().as_millis() as u64
     }
 
+    /// Milliseconds since the Unix epoch by the store's clock: the time
+    /// deadlines are decided by.
+    pub fn clock_now(&self) -> Millis {
+        self.opts.clock.now_millis()
+    }
+
     /// Reads `key` as of version `v`: the write buffer, then the tree.
-    pub fn read(&self, v: &Version, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+    /// Returns the value's deadline, the value in `out`; an expired value
+    /// is returned like any other (see `read_live`).
+    pub fn read(&self, v: &Version, key: &[u8], out: &mut Vec<u8>) -> Result<Option<Millis>> {
         match v.buffer.get_into(key, out) {
-            Lookup::Found => Ok(true),
-            Lookup::Deleted => Ok(false),
+            Lookup::Found(deadline) => Ok(Some(deadline)),
+            Lookup::Deleted => Ok(None),
             Lookup::NotHere => match &v.root {
-                None => Ok(false),
+                None => Ok(None),
                 Some(root) => Ok(get_into(&self.pager, root, key, out)?),
             },
         }
+    }
+
+    /// Reads `key` as of version `v` as a user sees it: absent if its
+    /// value expired by the store's clock.
+    pub fn read_live(&self, v: &Version, key: &[u8], out: &mut Vec<u8>) -> Result<Option<Millis>> {
+        let found = self.read(v, key, out)?;
+        Ok(found.filter(|&d| is_live(d, self.clock_now())))
     }
 
     /// Pairs in version `v`: the tree's, changed by what the buffer holds.
@@ -197,7 +213,7 @@ impl Store {
         let mut buf = Vec::new();
         v.buffer.pairs_delta(&mut |key| match &v.root {
             None => Ok(false),
-            Some(root) => get_into(&self.pager, root, key, &mut buf).map_err(Error::from),
+            Some(root) => Ok(get_into(&self.pager, root, key, &mut buf)?.is_some()),
         })
     }
 

@@ -191,8 +191,8 @@ impl OpenCount {
         }
         let mut buf = Vec::new();
         let delta = self.to_checkpoint.pairs_delta(&mut |key| match root {
-            None => Ok(false),
-            Some(r) => get_into(pager, r, key, &mut buf),
+            None => Ok::<bool, kivi_log::Error>(false),
+            Some(r) => Ok(get_into(pager, r, key, &mut buf)?.is_some()),
         })?;
         let n = self.checkpoint_pairs as i64 - delta;
         assert!(n >= 0, "the tree an open started from counts {n} pairs");
@@ -274,9 +274,9 @@ mod tests {
     use super::*;
     use crate::write_buffer::SpareArrays;
 
-    fn group(keys: &[Vec<u8>]) -> Vec<(&[u8], Option<&[u8]>)> {
+    fn group(keys: &[Vec<u8>]) -> Vec<crate::write_buffer::Write<'_>> {
         keys.iter()
-            .map(|k| (k.as_slice(), Some(&b"v"[..])))
+            .map(|k| (k.as_slice(), Some((&b"v"[..], kivi_log::NO_DEADLINE))))
             .collect()
     }
 

@@ -698,8 +698,11 @@ fn writers_wait_while_unwritten_changes_fill_the_write_buffer_twice() {
         "200,000 writes with checkpoints stalled never waited a second: {:?}",
         db.stats().unwrap()
     );
+    // Small writes may pass the line by a sixteenth of the buffer (so that
+    // single puts are not held behind batches).
+    let allowance = write_buffer / 16;
     assert!(
-        most <= 2 * write_buffer + slack,
+        most <= 2 * write_buffer + allowance + slack,
         "unwritten changes reached {most} bytes, over twice the {write_buffer}-byte write buffer"
     );
     // Let the checkpoints through: the buffer drains and writes go on.

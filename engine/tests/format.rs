@@ -12,7 +12,10 @@
 //! checkpoint and of pairs written after it), batches, binary and long keys,
 //! empty values, values inline and out of line (over 1 KiB), and values over
 //! 4 KiB (a default page). From format 4 on, a second checkpoint writes the
-//! leaves changed since the first as delta pages over their pages.
+//! leaves changed since the first as delta pages over their pages. From
+//! format 5 on, values have deadlines, in every place a value is written
+//! (leaf pages, delta pages, the commit log), some long past (those keys
+//! read as absent) and the rest in the year 2100.
 //!
 //! To write the fixture for the current version (only when the format
 //! changed, into a new directory; never rewrite an existing one):
@@ -42,6 +45,8 @@ fn fixture_dir() -> PathBuf {
 /// One step of the fixture's history.
 enum Step {
     Put(Vec<u8>, Vec<u8>),
+    /// A put with a deadline (milliseconds since the Unix epoch).
+    PutUntil(Vec<u8>, Vec<u8>, u64),
     Delete(Vec<u8>),
     Batch(Vec<(Vec<u8>, Option<Vec<u8>>)>),
     Checkpoint,
@@ -95,6 +100,12 @@ fn steps(version: u32) -> Vec<Step> {
             })
             .collect(),
     ));
+    if version >= 5 {
+        // Deadlines in the first checkpoint's leaves.
+        for i in (2..300).step_by(9) {
+            s.push(PutUntil(key(i), value(i, 6), deadline(i)));
+        }
+    }
     s.push(Checkpoint);
     if version >= 4 {
         // Format 4: leaves changed over their pages (the writer's cache is
@@ -107,6 +118,14 @@ fn steps(version: u32) -> Vec<Step> {
         for i in (3..300).step_by(17) {
             s.push(Delete(key(i)));
         }
+        if version >= 5 {
+            // Deadlines in delta pages, and one dropped by a plain put.
+            for i in (4..300).step_by(19) {
+                s.push(PutUntil(key(i), value(i, 7), deadline(i)));
+            }
+            s.push(PutUntil(key(150), value(150, 7), deadline(150)));
+            s.push(Put(key(2), value(2, 7)));
+        }
         s.push(Checkpoint);
     }
     // After it: only in the commit log.
@@ -118,6 +137,12 @@ fn steps(version: u32) -> Vec<Step> {
     }
     for i in 300..340 {
         s.push(Put(key(i), value(i, 2)));
+    }
+    if version >= 5 {
+        // Deadlines only in the commit log.
+        for i in (6..340).step_by(23) {
+            s.push(PutUntil(key(i), value(i, 8), deadline(i)));
+        }
     }
     s.push(Delete(b"never-written".to_vec()));
     s.push(Delete(b"\x00binary\xff\x01key".to_vec()));
@@ -133,13 +158,56 @@ fn steps(version: u32) -> Vec<Step> {
     s
 }
 
-/// The pairs the store holds after `steps(version)`.
+/// Format 5's deadlines: one key in four long past (2001), the others in
+/// the year 2100.
+fn deadline(i: u32) -> u64 {
+    if i.is_multiple_of(4) {
+        1_000_000_000_000 + u64::from(i)
+    } else {
+        4_102_444_800_000 + u64::from(i)
+    }
+}
+
+/// The deadline each key holds after `steps(version)` (absent: none).
+fn expected_deadlines(version: u32) -> std::collections::BTreeMap<Vec<u8>, u64> {
+    let mut m = std::collections::BTreeMap::new();
+    for step in steps(version) {
+        match step {
+            Step::PutUntil(k, _, d) => {
+                m.insert(k, d);
+            }
+            Step::Put(k, _) | Step::Delete(k) => {
+                m.remove(&k);
+            }
+            Step::Batch(ops) => {
+                for (k, _) in ops {
+                    m.remove(&k);
+                }
+            }
+            Step::Checkpoint => {}
+        }
+    }
+    m
+}
+
+/// The pairs the store holds after `steps(version)`, expired ones left out.
 fn expected(version: u32) -> Model {
     let mut m = Model::new();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
     for step in steps(version) {
         match step {
             Step::Put(k, v) => {
                 m.insert(k, v);
+            }
+            Step::PutUntil(k, v, d) => {
+                if now <= d {
+                    m.insert(k, v);
+                } else {
+                    m.remove(&k);
+                }
             }
             Step::Delete(k) => {
                 m.remove(&k);
@@ -220,14 +288,28 @@ fn reads_back_exactly(version: u32) {
         "nothing replayed from the commit log"
     );
     let want = expected(version);
+    let deadlines = expected_deadlines(version);
     for (k, v) in &want {
-        let got = db.get(k).unwrap();
+        let got = db.get_with_deadline(k).unwrap();
         assert!(
-            got.as_deref() == Some(v.as_slice()),
+            got.as_ref().is_some_and(|(g, _)| g == v),
             "{}: got {:?}, expected {} bytes",
             common::show(k),
-            got.map(|g| g.len()),
+            got.map(|g| g.0.len()),
             v.len()
+        );
+        let deadline = got.and_then(|(_, d)| d).map(kivi::Deadline::unix_millis);
+        assert_eq!(
+            deadline,
+            deadlines.get(k).copied(),
+            "{}'s deadline",
+            common::show(k)
+        );
+    }
+    if version >= 5 {
+        assert!(
+            deadlines.keys().any(|k| !want.contains_key(k)),
+            "some keys of the fixture have expired"
         );
     }
     for step in steps(version) {
@@ -249,7 +331,9 @@ fn reads_back_exactly(version: u32) {
         got.len(),
         want.len()
     );
-    assert_healthy(&db, want.len());
+    // `check` counts the entries stored, expired ones not yet reclaimed too.
+    let expired = deadlines.keys().filter(|k| !want.contains_key(*k)).count();
+    assert_healthy(&db, want.len() + expired);
     // It takes writes, and reopens with them.
     db.put(b"after", b"the fixture").unwrap();
     db.checkpoint().unwrap();
@@ -264,7 +348,7 @@ fn reads_back_exactly(version: u32) {
         db.get(b"after").unwrap().as_deref(),
         Some(&b"the fixture"[..])
     );
-    assert_healthy(&db, want.len() + 1);
+    assert_healthy(&db, want.len() + expired + 1);
 }
 
 /// A new format version needs its fixture: `FORMAT_VERSION` changed without
@@ -301,6 +385,9 @@ fn write_the_format_fixture() {
     for step in steps(version) {
         match step {
             Step::Put(k, v) => db.put(&k, &v).unwrap(),
+            Step::PutUntil(k, v, d) => db
+                .put_with_deadline(&k, &v, Some(kivi::Deadline::from_unix_millis(d)))
+                .unwrap(),
             Step::Delete(k) => {
                 db.delete(&k).unwrap();
             }

@@ -19,43 +19,58 @@ use crate::codec::{put_len_bytes, put_varint, DecodeError, Reader};
 use crate::record::{Addr, PageRef};
 use crate::{MAX_KEY_LEN, MAX_VALUE_LEN};
 
+/// When a value stops existing: milliseconds since the Unix epoch, or
+/// [`NO_DEADLINE`]. A key whose deadline has passed is absent to every read;
+/// its entry stays until it is reclaimed.
+pub type Deadline = u64;
+
+/// The deadline of a value that never expires.
+pub const NO_DEADLINE: Deadline = 0;
+
+/// A figure no later than any deadline, for a subtree whose earliest
+/// deadline is not recorded (a checkpoint names its root without one).
+pub const ANY_DEADLINE: Deadline = 1;
+
+/// A put carries its value's deadline ([`NO_DEADLINE`] for none).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OpRef<'a> {
-    Put(&'a [u8], &'a [u8]),
+    Put(&'a [u8], &'a [u8], Deadline),
     Delete(&'a [u8]),
 }
 
 impl<'a> OpRef<'a> {
     pub fn key(&self) -> &'a [u8] {
         match *self {
-            OpRef::Put(k, _) | OpRef::Delete(k) => k,
+            OpRef::Put(k, ..) | OpRef::Delete(k) => k,
         }
     }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Op {
-    Put(Vec<u8>, Vec<u8>),
+    Put(Vec<u8>, Vec<u8>, Deadline),
     Delete(Vec<u8>),
 }
 
 impl Op {
     pub fn as_ref(&self) -> OpRef<'_> {
         match self {
-            Op::Put(k, v) => OpRef::Put(k, v),
+            Op::Put(k, v, d) => OpRef::Put(k, v, *d),
             Op::Delete(k) => OpRef::Delete(k),
         }
     }
 
     pub fn key(&self) -> &[u8] {
         match self {
-            Op::Put(k, _) | Op::Delete(k) => k,
+            Op::Put(k, ..) | Op::Delete(k) => k,
         }
     }
 }
 
 const OP_PUT: u8 = 1;
 const OP_DELETE: u8 = 2;
+/// A put with a deadline (format 5): key, varint deadline (not 0), value.
+const OP_PUT_EXPIRING: u8 = 3;
 
 pub struct CommitRecord;
 
@@ -83,9 +98,15 @@ impl CommitRecord {
         put_varint(out, ops.len() as u64);
         for op in ops {
             match op {
-                OpRef::Put(k, v) => {
+                OpRef::Put(k, v, NO_DEADLINE) => {
                     out.push(OP_PUT);
                     put_len_bytes(out, k);
+                    put_len_bytes(out, v);
+                }
+                OpRef::Put(k, v, deadline) => {
+                    out.push(OP_PUT_EXPIRING);
+                    put_len_bytes(out, k);
+                    put_varint(out, deadline);
                     put_len_bytes(out, v);
                 }
                 OpRef::Delete(k) => {
@@ -108,7 +129,14 @@ impl CommitRecord {
             let kind = r.u8()?;
             let key = r.len_bytes(MAX_KEY_LEN)?;
             let op = match kind {
-                OP_PUT => OpRef::Put(key, r.len_bytes(MAX_VALUE_LEN)?),
+                OP_PUT => OpRef::Put(key, r.len_bytes(MAX_VALUE_LEN)?, NO_DEADLINE),
+                OP_PUT_EXPIRING => {
+                    let deadline = r.varint()?;
+                    if deadline == NO_DEADLINE {
+                        return Err(r.err("expiring put without a deadline"));
+                    }
+                    OpRef::Put(key, r.len_bytes(MAX_VALUE_LEN)?, deadline)
+                }
                 OP_DELETE => OpRef::Delete(key),
                 _ => return Err(r.err("unknown operation in commit record")),
             };
@@ -241,9 +269,10 @@ mod tests {
     #[test]
     fn commit_round_trips() {
         let ops = [
-            OpRef::Put(b"a", b"1"),
+            OpRef::Put(b"a", b"1", NO_DEADLINE),
             OpRef::Delete(b"b"),
-            OpRef::Put(b"c", b""),
+            OpRef::Put(b"c", b"", NO_DEADLINE),
+            OpRef::Put(b"d", b"4", 1_700_000_000_000),
         ];
         let mut out = Vec::new();
         CommitRecord::encode(&mut out, 0, 42, ops.iter().copied());

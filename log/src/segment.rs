@@ -12,10 +12,13 @@ use crate::record::{encode_record, RecordType, RECORD_HEADER_LEN};
 const MAGIC: &[u8; 8] = b"KIVISEG\0";
 
 /// Version of the on-disk format this build reads and writes.
-pub const FORMAT_VERSION: u32 = 4;
+pub const FORMAT_VERSION: u32 = 5;
 /// The oldest format this build reads (and upgrades when it writes).
-/// Format 4 added padding records, which pack pages into 4 KiB blocks;
-/// format 3 segments are format 4 segments without them.
+/// Format 5 added deadlines: expiring puts in commit records, entries with
+/// deadlines in leaf and delta pages, the earliest deadline of each child in
+/// internal pages; format 4 is format 5 without any. Format 4 added padding
+/// records, which pack pages into 4 KiB blocks; format 3 segments are
+/// format 4 segments without them.
 pub const OLDEST_FORMAT_READ: u32 = 3;
 
 const BODY_LEN: usize = 8 + 4 + 16 + 8 + 1 + 8 + 8;
@@ -34,10 +37,10 @@ const _: () = assert!(
 
 /// Total length of the header record at the start of each segment.
 pub const SEGMENT_HEADER_LEN: u64 = (RECORD_HEADER_LEN + BODY_LEN) as u64;
-// Formats 3 and 4 have a 62-byte segment header: a header of another length
+// Formats 3 to 5 have a 62-byte segment header: a header of another length
 // is another format (a new FORMAT_VERSION, and a fixture in
 // engine/tests/data/format-v<N>).
-const _: () = assert!(FORMAT_VERSION != 4 || SEGMENT_HEADER_LEN == 62);
+const _: () = assert!(FORMAT_VERSION != 5 || SEGMENT_HEADER_LEN == 62);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]

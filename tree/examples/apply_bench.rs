@@ -6,7 +6,7 @@
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use kivi_log::OpRef;
+use kivi_log::{OpRef, NO_DEADLINE};
 use kivi_storage::MemoryStorage;
 use kivi_tree::{apply, get_into, Cursor, Pager, TreeConfig};
 use std::sync::Arc;
@@ -49,7 +49,10 @@ fn main() {
     let t = Instant::now();
     for b in 0..n / 1000 {
         let keys: Vec<Vec<u8>> = (b * 1000..(b + 1) * 1000).map(key).collect();
-        let ops: Vec<OpRef> = keys.iter().map(|k| OpRef::Put(k, &val)).collect();
+        let ops: Vec<OpRef> = keys
+            .iter()
+            .map(|k| OpRef::Put(k, &val, NO_DEADLINE))
+            .collect();
         root = apply(&pager, &cfg, root.as_ref(), &ops).unwrap().root;
     }
     println!(
@@ -62,7 +65,11 @@ fn main() {
     let mut out = Vec::new();
     for _ in 0..n {
         x = mix(x);
-        assert!(get_into(&pager, root.as_ref().unwrap(), &key(x % n), &mut out).unwrap());
+        assert!(
+            get_into(&pager, root.as_ref().unwrap(), &key(x % n), &mut out)
+                .unwrap()
+                .is_some()
+        );
     }
     println!(
         "get: {:.3} us wall, {:.3} us cpu",
@@ -85,7 +92,10 @@ fn main() {
     let t = Instant::now();
     let c = cpu();
     for keys in &batches {
-        let ops: Vec<OpRef> = keys.iter().map(|k| OpRef::Put(k, &val)).collect();
+        let ops: Vec<OpRef> = keys
+            .iter()
+            .map(|k| OpRef::Put(k, &val, NO_DEADLINE))
+            .collect();
         root = apply(&pager, &cfg, root.as_ref(), &ops).unwrap().root;
     }
     println!(

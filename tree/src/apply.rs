@@ -8,8 +8,8 @@
 //! it merges with a sibling, and the root grows or shrinks a level as needed.
 
 use crate::leaf::{
-    compare_keys, compare_past_heads, entry_size, head, merge_into, BigValue, Entry, LeafData,
-    ValueRef, INLINE_VALUE_MAX,
+    compare_keys, compare_past_heads, entry_len, entry_size, head, merge_into, BigValue, Entry,
+    LeafData, ValueRef, INLINE_VALUE_MAX,
 };
 use crate::node::{Body, ChildRef, InternalData, LeafBase, Node, Patches};
 
@@ -18,7 +18,7 @@ const PATCH_CHAIN_MAX: usize = 8;
 use crate::page::shortest_separator;
 use crate::pager::Pager;
 use crate::read::leaf_entries;
-use kivi_log::{Error, OpRef};
+use kivi_log::{Deadline, Error, OpRef};
 use std::sync::Arc;
 
 /// Shape parameters of the tree.
@@ -93,7 +93,7 @@ enum Change {
 /// What a batch does to one key of a leaf.
 #[derive(Clone, Copy)]
 enum Edit<'a> {
-    Put(ValueRef<'a>),
+    Put(ValueRef<'a>, Deadline),
     /// Delete a key present in the base: keep a tombstone in the delta.
     Tombstone,
     /// Delete a key present only in the delta: drop it from the delta.
@@ -156,8 +156,8 @@ pub fn apply(
             let mut entries = Vec::with_capacity(ops.len());
             let mut big_i = 0;
             for op in ops {
-                if let OpRef::Put(k, v) = op {
-                    entries.push((*k, Entry::Value(value_ref(v, &bigs, &mut big_i))));
+                if let OpRef::Put(k, v, d) = op {
+                    entries.push((*k, Entry::Value(value_ref(v, &bigs, &mut big_i), *d)));
                 }
             }
             ctx.pairs_delta = entries.len() as i64;
@@ -194,7 +194,7 @@ pub fn apply(
 fn big_values(ops: &[OpRef<'_>]) -> Vec<Arc<BigValue>> {
     ops.iter()
         .filter_map(|op| match op {
-            OpRef::Put(_, v) if v.len() > INLINE_VALUE_MAX => Some(BigValue::in_memory(v)),
+            OpRef::Put(_, v, _) if v.len() > INLINE_VALUE_MAX => Some(BigValue::in_memory(v)),
             _ => None,
         })
         .collect()
@@ -239,7 +239,7 @@ fn group_ops(base: &InternalData, ops: &[OpRef<'_>]) -> Vec<Group> {
 }
 
 fn is_big(op: &OpRef<'_>) -> bool {
-    matches!(op, OpRef::Put(_, v) if v.len() > INLINE_VALUE_MAX)
+    matches!(op, OpRef::Put(_, v, _) if v.len() > INLINE_VALUE_MAX)
 }
 
 /// `key < sep`, comparing 8-byte heads first.
@@ -442,7 +442,7 @@ impl<'a> Ctx<'a> {
             (
                 k,
                 match e {
-                    Edit::Put(v) => Entry::Value(v),
+                    Edit::Put(v, d) => Entry::Value(v, d),
                     Edit::Tombstone | Edit::Drop => Entry::Tombstone,
                 },
             )
@@ -839,10 +839,9 @@ fn merged_delta(
             .iter()
             .map(|(k, e)| {
                 k.len()
-                    + if let Edit::Put(ValueRef::Inline(v)) = e {
-                        v.len()
-                    } else {
-                        0
+                    + match *e {
+                        Edit::Put(v, d) => entry_len(Entry::Value(v, d)),
+                        _ => 0,
                     }
             })
             .sum::<usize>();
@@ -867,7 +866,7 @@ fn merged_delta(
         let (k, e) = edits[j];
         j += 1;
         match e {
-            Edit::Put(v) => new_delta.push(k, Entry::Value(v)),
+            Edit::Put(v, d) => new_delta.push(k, Entry::Value(v, d)),
             Edit::Tombstone => new_delta.push(k, Entry::Tombstone),
             Edit::Drop if never_drop => new_delta.push(k, Entry::Tombstone),
             Edit::Drop => {}
@@ -920,13 +919,13 @@ fn leaf_edits<'a>(
             size -= entry_size(key.len(), e) as isize;
         }
         match op {
-            OpRef::Put(_, v) => {
+            &OpRef::Put(_, v, d) => {
                 if !exists {
                     live += 1;
                 }
                 let v = value_ref(v, bigs, &mut big_i);
-                size += entry_size(key.len(), Entry::Value(v)) as isize;
-                edits.push((key, Edit::Put(v)));
+                size += entry_size(key.len(), Entry::Value(v, d)) as isize;
+                edits.push((key, Edit::Put(v, d)));
             }
             OpRef::Delete(_) => {
                 if !exists {

@@ -85,7 +85,7 @@ fn visit(
             }
             for (_, e) in entries.iter() {
                 report.pairs += 1;
-                if let Entry::Value(ValueRef::Big(b)) = e {
+                if let Entry::Value(ValueRef::Big(b), _) = e {
                     report.blobs += 1;
                     let durable = pager.durable_generations();
                     if let Some(blob) = b.written.get(|g| durable.holds(g)) {
@@ -203,7 +203,7 @@ fn visit_delta(
         let in_base = base_entries.find(k).is_ok();
         match e {
             Entry::Tombstone => report.pairs -= u64::from(in_base),
-            Entry::Value(v) => {
+            Entry::Value(v, _) => {
                 report.pairs += u64::from(!in_base);
                 if let ValueRef::Big(big) = v {
                     report.blobs += 1;

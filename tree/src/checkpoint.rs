@@ -11,12 +11,12 @@
 //! rest into page references handed to the page cache, which evicts them
 //! when it must: either way, memory stays within `cache_bytes`.
 
-use crate::leaf::{merge_into, BigValue, Entry, LeafData, ValueRef};
+use crate::leaf::{earlier, entry_len, merge_into, BigValue, Entry, LeafData, ValueRef};
 use crate::node::{Body, ChildRef, DiskRef, InternalData, LeafBase, Node};
-use crate::page::{encode_delta, encode_internal, encode_leaf};
+use crate::page::{encode_delta, encode_internal, encode_leaf, LiveEntry};
 use crate::pager::Pager;
 use crate::written::Durable;
-use kivi_log::{Error, PageRef, RecordType};
+use kivi_log::{Error, PageRef, RecordType, NO_DEADLINE};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -176,7 +176,7 @@ impl TreeWriter<'_> {
             }
         }
         let base = self.pager.base(base_ref)?;
-        let mut entries: Vec<(&[u8], ValueRef<'_>)> = Vec::with_capacity(base.len());
+        let mut entries: Vec<LiveEntry<'_>> = Vec::with_capacity(base.len());
         let mut merged = Vec::new();
         let live: &mut dyn Iterator<Item = (&[u8], Entry<'_>)> = match delta {
             None => &mut base.iter(),
@@ -188,17 +188,19 @@ impl TreeWriter<'_> {
         let mut blobs = Vec::new();
         let mut subtree = 0u64;
         let mut oldest = u32::MAX;
+        let mut earliest = NO_DEADLINE;
         for (k, e) in live {
-            let Entry::Value(v) = e else {
+            let Entry::Value(v, deadline) = e else {
                 unreachable!("tombstone survived merge")
             };
+            earliest = earlier(earliest, deadline);
             if let ValueRef::Big(b) = v {
                 let blob = self.write_blob(b)?;
                 subtree += u64::from(blob.len);
                 oldest = oldest.min(blob.addr.segment);
                 blobs.push(blob);
             }
-            entries.push((k, v));
+            entries.push((k, v, deadline));
         }
         assert!(!entries.is_empty(), "writing an empty leaf");
         let mut blob_refs = blobs.into_iter();
@@ -211,6 +213,7 @@ impl TreeWriter<'_> {
             page,
             subtree: subtree + u64::from(page.len),
             oldest: oldest.min(page.addr.segment),
+            earliest,
         };
         if delta.is_some() {
             self.consolidate(node, &entries, r);
@@ -245,8 +248,13 @@ impl TreeWriter<'_> {
         let mut blobs = Vec::new();
         let mut subtree = base.subtree;
         let mut oldest = base.oldest;
+        // The base's figure counts values this delta may have replaced or
+        // deleted: an earlier figure than the leaf's own, which is allowed
+        // (see `DiskRef`) and corrected when the leaf is next written whole.
+        let mut earliest = base.earliest;
         for (_, e) in &changes {
-            if let Entry::Value(ValueRef::Big(b)) = e {
+            earliest = earlier(earliest, e.deadline());
+            if let Entry::Value(ValueRef::Big(b), _) = e {
                 let blob = self.write_blob(b)?;
                 subtree += u64::from(blob.len);
                 oldest = oldest.min(blob.addr.segment);
@@ -265,6 +273,7 @@ impl TreeWriter<'_> {
             page,
             subtree: subtree + u64::from(page.len),
             oldest: oldest.min(page.addr.segment),
+            earliest,
         })
     }
 
@@ -327,10 +336,14 @@ impl TreeWriter<'_> {
         })?;
         let below: u64 = children.iter().map(|c| c.subtree).sum();
         let oldest = children.iter().map(|c| c.oldest).min().unwrap_or(u32::MAX);
+        let earliest = children
+            .iter()
+            .fold(NO_DEADLINE, |e, c| earlier(e, c.earliest));
         Ok(DiskRef {
             page,
             subtree: below + u64::from(page.len),
             oldest: oldest.min(page.addr.segment),
+            earliest,
         })
     }
 
@@ -342,22 +355,22 @@ impl TreeWriter<'_> {
     /// here, on the checkpointer's thread and in key order, so that the
     /// commit path only swaps pointers. Leaves holding out-of-line values
     /// are left alone (rare; `cacheable` handles their memory).
-    fn consolidate(&mut self, node: &Node, entries: &[(&[u8], ValueRef<'_>)], r: DiskRef) {
+    fn consolidate(&mut self, node: &Node, entries: &[LiveEntry<'_>], r: DiskRef) {
         if let Some(twin) = node.consolidated() {
             // Built by an earlier attempt whose checkpoint failed: same
             // content, now at this checkpoint's page.
             twin.written.set(r, self.generation, &self.durable);
             return;
         }
-        if entries.iter().any(|(_, v)| matches!(v, ValueRef::Big(_))) {
+        if entries
+            .iter()
+            .any(|(_, v, _)| matches!(v, ValueRef::Big(_)))
+        {
             return;
         }
         let bytes = entries
             .iter()
-            .map(|(k, v)| match v {
-                ValueRef::Inline(v) => k.len() + v.len(),
-                ValueRef::Big(_) => k.len(),
-            })
+            .map(|&(k, v, d)| k.len() + entry_len(Entry::Value(v, d)))
             .sum();
         // Twins are kept only within the memory budget: at 10M pairs and a
         // 64 MiB cache, twins for every changed leaf were a second copy of
@@ -369,8 +382,8 @@ impl TreeWriter<'_> {
         }
         self.twin_bytes += cost;
         let mut leaf = LeafData::with_capacity(entries.len(), bytes);
-        for &(k, v) in entries {
-            leaf.push(k, Entry::Value(v));
+        for &(k, v, d) in entries {
+            leaf.push(k, Entry::Value(v, d));
         }
         let twin = Node::leaf(leaf);
         twin.written.set(r, self.generation, &self.durable);
@@ -504,7 +517,7 @@ fn repoint_blobs(pager: &Pager, node: &Node, blobs: &HashMap<u64, PageRef>) {
     let durable = pager.durable_generations();
     let base = base.mem().into_iter().flat_map(|b| b.iter());
     for (_, e) in base.chain(delta.iter().flat_map(|d| d.iter())) {
-        if let Entry::Value(ValueRef::Big(b)) = e {
+        if let Entry::Value(ValueRef::Big(b), _) = e {
             let at = b.written.get(|g| durable.holds(g));
             if let Some(new) = at.and_then(|r| blobs.get(&r.addr.as_u64())) {
                 // Marked as the newest durable generation, which it is part of.
@@ -601,7 +614,7 @@ pub(crate) fn cacheable(pager: &Pager, node: Arc<Node>, page: DiskRef) -> Arc<No
     };
     let holds_values = |d: &LeafData| {
         d.iter()
-            .any(|(_, e)| matches!(e, Entry::Value(ValueRef::Big(b)) if b.bytes.is_some()))
+            .any(|(_, e)| matches!(e, Entry::Value(ValueRef::Big(b), _) if b.bytes.is_some()))
     };
     if !holds_values(base) && !delta.as_ref().is_some_and(holds_values) {
         return node;
@@ -615,12 +628,12 @@ pub(crate) fn cacheable(pager: &Pager, node: Arc<Node>, page: DiskRef) -> Arc<No
     let mut leaf = LeafData::with_capacity(merged.len(), base.size());
     for (k, e) in merged {
         match e {
-            Entry::Value(ValueRef::Big(b)) => {
+            Entry::Value(ValueRef::Big(b), d) => {
                 let blob = b
                     .written
                     .get(|g| durable.holds(g))
                     .expect("durable leaf with an unwritten blob");
-                leaf.push(k, Entry::Value(ValueRef::Big(&BigValue::on_disk(blob))));
+                leaf.push(k, Entry::Value(ValueRef::Big(&BigValue::on_disk(blob)), d));
             }
             e => leaf.push(k, e),
         }

@@ -12,7 +12,7 @@
 //! one key of a leaf does not copy the whole leaf (see node.rs).
 
 use crate::written::Written;
-use kivi_log::PageRef;
+use kivi_log::{Deadline, PageRef, NO_DEADLINE};
 use std::cmp::Ordering;
 use std::sync::Arc;
 
@@ -178,6 +178,11 @@ impl BigValue {
 const KIND_INLINE: u8 = 0;
 const KIND_BIG: u8 = 1;
 const KIND_TOMBSTONE: u8 = 2;
+/// Set on a value's kind when it has a deadline: the deadline's 8 bytes
+/// (little-endian) lie in the arena right after the key, and an inline
+/// value after them. The slot has no room for 8 more bytes, and most
+/// entries have no deadline, so they pay nothing for it.
+const KIND_EXPIRING: u8 = 4;
 
 /// Where an entry's key and value are. 16 bytes, plain old data, so that the
 /// slots can live in the same allocation as the heads and the arena.
@@ -217,11 +222,33 @@ impl ValueRef<'_> {
     }
 }
 
-/// What an entry holds: a value, or (in deltas only) a tombstone.
+/// What an entry holds: a value and its deadline ([`NO_DEADLINE`] for
+/// none), or (in deltas only) a tombstone. The tree keeps expired values
+/// like any other; readers decide what a deadline means.
 #[derive(Debug, Clone, Copy)]
 pub enum Entry<'a> {
-    Value(ValueRef<'a>),
+    Value(ValueRef<'a>, Deadline),
     Tombstone,
+}
+
+impl Entry<'_> {
+    /// The deadline of a value; [`NO_DEADLINE`] for a tombstone.
+    pub fn deadline(&self) -> Deadline {
+        match *self {
+            Entry::Value(_, d) => d,
+            Entry::Tombstone => NO_DEADLINE,
+        }
+    }
+}
+
+/// The earlier of two deadlines, [`NO_DEADLINE`] meaning none (so later
+/// than any).
+#[inline]
+pub fn earlier(a: Deadline, b: Deadline) -> Deadline {
+    match (a, b) {
+        (NO_DEADLINE, x) | (x, NO_DEADLINE) => x,
+        (a, b) => a.min(b),
+    }
 }
 
 /// Estimated encoded size of an entry, used to decide where pages split.
@@ -229,8 +256,17 @@ pub fn entry_size(key_len: usize, value: Entry<'_>) -> usize {
     key_len
         + 2
         + match value {
-            Entry::Value(ValueRef::Inline(v)) => v.len() + 2,
-            Entry::Value(ValueRef::Big(_)) => 2 + kivi_log::PageRef::ENCODED_LEN,
+            Entry::Value(v, d) => {
+                let d = if d == NO_DEADLINE {
+                    0
+                } else {
+                    kivi_log::codec::varint_len(d)
+                };
+                d + match v {
+                    ValueRef::Inline(v) => v.len() + 2,
+                    ValueRef::Big(_) => 2 + kivi_log::PageRef::ENCODED_LEN,
+                }
+            }
             Entry::Tombstone => 1,
         }
 }
@@ -306,8 +342,11 @@ impl LeafData {
     pub fn without_entries_of(&self, other: &LeafData) -> Option<LeafData> {
         let same = |a: Entry<'_>, b: Entry<'_>| match (a, b) {
             (Entry::Tombstone, Entry::Tombstone) => true,
-            (Entry::Value(ValueRef::Inline(x)), Entry::Value(ValueRef::Inline(y))) => x == y,
-            (Entry::Value(ValueRef::Big(x)), Entry::Value(ValueRef::Big(y))) => Arc::ptr_eq(x, y),
+            (Entry::Value(x, dx), Entry::Value(y, dy)) if dx == dy => match (x, y) {
+                (ValueRef::Inline(x), ValueRef::Inline(y)) => x == y,
+                (ValueRef::Big(x), ValueRef::Big(y)) => Arc::ptr_eq(x, y),
+                _ => false,
+            },
             _ => false,
         };
         let keep: Vec<usize> = (0..self.len())
@@ -321,13 +360,7 @@ impl LeafData {
         }
         let bytes = keep
             .iter()
-            .map(|&i| {
-                self.key(i).len()
-                    + match self.entry(i) {
-                        Entry::Value(ValueRef::Inline(v)) => v.len(),
-                        _ => 0,
-                    }
-            })
+            .map(|&i| self.key(i).len() + entry_len(self.entry(i)))
             .sum();
         let mut out = LeafData::with_capacity(keep.len(), bytes);
         for i in keep {
@@ -410,11 +443,18 @@ impl LeafData {
     #[inline]
     pub fn entry(&self, i: usize) -> Entry<'_> {
         let s = &self.slots()[i];
-        match s.kind {
-            KIND_INLINE => Entry::Value(ValueRef::Inline(
-                &self.data()[s.val as usize..(s.val + s.val_len) as usize],
-            )),
-            KIND_BIG => Entry::Value(ValueRef::Big(&self.bigs[s.val as usize])),
+        let deadline = if s.kind & KIND_EXPIRING == 0 {
+            NO_DEADLINE
+        } else {
+            let at = (s.key_off + u32::from(s.key_len)) as usize;
+            u64::from_le_bytes(self.data()[at..at + 8].try_into().expect("8 bytes"))
+        };
+        match s.kind & !KIND_EXPIRING {
+            KIND_INLINE => Entry::Value(
+                ValueRef::Inline(&self.data()[s.val as usize..(s.val + s.val_len) as usize]),
+                deadline,
+            ),
+            KIND_BIG => Entry::Value(ValueRef::Big(&self.bigs[s.val as usize]), deadline),
             _ => Entry::Tombstone,
         }
     }
@@ -581,7 +621,7 @@ impl LeafData {
             let data = self.layout().data * 8;
             let start = data + s.key_off as usize;
             let mut end = start + s.key_len as usize;
-            if s.kind == KIND_INLINE {
+            if s.kind & !KIND_EXPIRING == KIND_INLINE {
                 end = end.max(data + (s.val + s.val_len) as usize);
             }
             let bytes: &[u8] = bytemuck::cast_slice(&self.buf);
@@ -661,14 +701,19 @@ impl LeafData {
             [..self.data_cap as usize];
         arena[key_off as usize..key_off as usize + key.len()].copy_from_slice(key);
         let mut end = key_off as usize + key.len();
+        let deadline = entry.deadline();
+        if deadline != NO_DEADLINE {
+            arena[end..end + 8].copy_from_slice(&deadline.to_le_bytes());
+            end += 8;
+        }
         let (kind, val, val_len) = match entry {
-            Entry::Value(ValueRef::Inline(v)) => {
+            Entry::Value(ValueRef::Inline(v), _) => {
                 arena[end..end + v.len()].copy_from_slice(v);
                 let off = end as u32;
                 end += v.len();
                 (KIND_INLINE, off, v.len() as u32)
             }
-            Entry::Value(ValueRef::Big(b)) => {
+            Entry::Value(ValueRef::Big(b), _) => {
                 self.bigs.push(b.clone());
                 (KIND_BIG, (self.bigs.len() - 1) as u32, b.len)
             }
@@ -676,6 +721,11 @@ impl LeafData {
                 self.tombstones += 1;
                 (KIND_TOMBSTONE, 0, 0)
             }
+        };
+        let kind = if deadline == NO_DEADLINE {
+            kind
+        } else {
+            kind | KIND_EXPIRING
         };
         let h = head(&key[self.skip as usize..]);
         let buf = Arc::get_mut(&mut self.buf).expect("a leaf being built is not shared");
@@ -713,10 +763,18 @@ impl LeafData {
     }
 }
 
-fn entry_len(e: Entry<'_>) -> usize {
+/// Arena bytes an entry takes besides its key: an inline value, and a
+/// deadline's 8 bytes.
+pub(crate) fn entry_len(e: Entry<'_>) -> usize {
     match e {
-        Entry::Value(ValueRef::Inline(v)) => v.len(),
-        _ => 0,
+        Entry::Value(v, d) => {
+            let d = if d == NO_DEADLINE { 0 } else { 8 };
+            d + match v {
+                ValueRef::Inline(v) => v.len(),
+                ValueRef::Big(_) => 0,
+            }
+        }
+        Entry::Tombstone => 0,
     }
 }
 
@@ -771,6 +829,63 @@ pub fn prefetch_line(at: *const u8) {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    #[test]
+    fn deadlines_stay_with_their_entries_through_growth() {
+        let big = BigValue::in_memory(&[7; 2000]);
+        let mut leaf = LeafData::with_capacity(1, 4);
+        let keys: Vec<Vec<u8>> = (0..100u32)
+            .map(|i| format!("k{i:03}").into_bytes())
+            .collect();
+        let deadline = |i: usize| {
+            if i.is_multiple_of(3) {
+                NO_DEADLINE
+            } else {
+                1_000 + i as u64
+            }
+        };
+        for (i, k) in keys.iter().enumerate() {
+            let e = match i % 4 {
+                0 | 1 => Entry::Value(ValueRef::Inline(k), deadline(i)),
+                2 => Entry::Value(ValueRef::Big(&big), deadline(i)),
+                _ => Entry::Tombstone,
+            };
+            leaf.push(k, e);
+        }
+        leaf.shrink();
+        for (i, k) in keys.iter().enumerate() {
+            let at = leaf.find(k).unwrap();
+            match (i % 4, leaf.entry(at)) {
+                (0 | 1, Entry::Value(ValueRef::Inline(v), d)) => {
+                    assert_eq!((v, d), (k.as_slice(), deadline(i)));
+                }
+                (2, Entry::Value(ValueRef::Big(b), d)) => {
+                    assert!(Arc::ptr_eq(b, &big));
+                    assert_eq!(d, deadline(i));
+                }
+                (3, Entry::Tombstone) => {}
+                (_, e) => panic!("entry {i} came back as {e:?}"),
+            }
+        }
+        // An entry differing only in its deadline is a different entry.
+        let mut other = LeafData::default();
+        other.push(&keys[1], Entry::Value(ValueRef::Inline(&keys[1]), 5));
+        let mut same = LeafData::default();
+        same.push(
+            &keys[1],
+            Entry::Value(ValueRef::Inline(&keys[1]), deadline(1)),
+        );
+        assert!(leaf
+            .without_entries_of(&other)
+            .unwrap()
+            .find(&keys[1])
+            .is_ok());
+        assert!(leaf
+            .without_entries_of(&same)
+            .unwrap()
+            .find(&keys[1])
+            .is_err());
+    }
 
     #[test]
     fn heads_order_like_keys() {
@@ -829,7 +944,7 @@ pub(crate) mod tests {
             let keys: Vec<Vec<u8>> = tails.iter().map(|t| [&prefix[..], t].concat()).collect();
             let mut leaf = LeafData::default();
             for k in &keys {
-                leaf.push(k, Entry::Value(ValueRef::Inline(b"v")));
+                leaf.push(k, Entry::Value(ValueRef::Inline(b"v"), NO_DEADLINE));
             }
             proptest::prop_assert!(leaf.skip as usize >= prefix.len());
             let mut all: Vec<Vec<u8>> = keys.clone();
@@ -863,7 +978,7 @@ pub(crate) mod tests {
             .collect();
         let mut leaf = LeafData::default();
         for (i, k) in keys.iter().enumerate() {
-            leaf.push(k, Entry::Value(ValueRef::Inline(b"v")));
+            leaf.push(k, Entry::Value(ValueRef::Inline(b"v"), NO_DEADLINE));
             if i > 0 {
                 assert_eq!(leaf.skip as usize, common_prefix_len(&keys[0], k));
             }
@@ -908,7 +1023,7 @@ pub(crate) mod tests {
         keys.sort();
         let mut leaf = LeafData::default();
         for k in &keys {
-            leaf.push(k, Entry::Value(ValueRef::Inline(b"v")));
+            leaf.push(k, Entry::Value(ValueRef::Inline(b"v"), NO_DEADLINE));
         }
         let mut probes = keys.clone();
         for k in &keys {
@@ -933,7 +1048,7 @@ pub(crate) mod tests {
             .map(|i| format!("key{:05}", i * 3).into_bytes())
             .collect();
         for k in &keys {
-            leaf.push(k, Entry::Value(ValueRef::Inline(b"v")));
+            leaf.push(k, Entry::Value(ValueRef::Inline(b"v"), NO_DEADLINE));
         }
         for (i, k) in keys.iter().enumerate() {
             assert_eq!(leaf.find(k), Ok(i));

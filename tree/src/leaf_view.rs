@@ -239,7 +239,7 @@ mod tests {
         let mut l = LeafData::with_capacity(pairs.len(), pairs.len() * 2);
         for (k, v) in pairs {
             let e = match v {
-                Some(v) => Entry::Value(ValueRef::Inline(std::slice::from_ref(v))),
+                Some(v) => Entry::Value(ValueRef::Inline(std::slice::from_ref(v)), u64::from(*v)),
                 None => Entry::Tombstone,
             };
             l.push(&[*k], e);
@@ -248,9 +248,11 @@ mod tests {
     }
 
     fn value(view: &LeafView, at: At) -> (u8, u8) {
-        let Entry::Value(ValueRef::Inline(v)) = view.entry(at) else {
+        let Entry::Value(ValueRef::Inline(v), d) = view.entry(at) else {
             panic!("the view returned a tombstone");
         };
+        // Each value carries its own byte as its deadline.
+        assert_eq!(d, u64::from(v[0]), "the deadline stays with its value");
         (view.key(at)[0], v[0])
     }
 

@@ -26,12 +26,15 @@ use std::sync::{Arc, OnceLock};
 /// descendants and their out-of-line values: the live bytes of a subtree),
 /// and the oldest segment holding any of those records. The cleaner reads
 /// `oldest` to find, without a walk, the subtrees that keep an old segment
-/// alive (see `checkpoint.rs`).
+/// alive (see `checkpoint.rs`). `earliest` is no later than the earliest
+/// deadline of any value in the subtree (`NO_DEADLINE`: none has one), so
+/// that expired keys are found without visiting subtrees that hold none.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct DiskRef {
     pub page: PageRef,
     pub subtree: u64,
     pub oldest: u32,
+    pub earliest: kivi_log::Deadline,
 }
 
 /// A pointer from an internal node to a child: the child itself while it
@@ -619,7 +622,7 @@ mod hint_tests {
             let key = format!("key-{i:04}");
             leaf.push(
                 key.as_bytes(),
-                Entry::Value(ValueRef::Inline(b"value-bytes")),
+                Entry::Value(ValueRef::Inline(b"value-bytes"), kivi_log::NO_DEADLINE),
             );
         }
         let (start, bytes) = leaf.index_span();

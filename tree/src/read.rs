@@ -10,24 +10,31 @@ use crate::leaf::{merge_into, prefetch_line, Entry, LeafData, ValueRef};
 use crate::leaf_view::{At, LeafView};
 use crate::node::{Body, ChildRef, LeafBase, Node};
 use crate::pager::Pager;
-use kivi_log::{Corruption, Error};
+use kivi_log::{Corruption, Deadline, Error};
 use std::ops::ControlFlow;
 use std::sync::Arc;
 
-/// The value stored under `key`, read into `out`; `Ok(false)` if absent.
+/// The value stored under `key`, read into `out`, and its deadline;
+/// `Ok(None)` if absent. (Expired values are returned like any other: what
+/// a deadline means is the reader's business.)
 pub fn get_into(
     pager: &Pager,
     root: &Arc<Node>,
     key: &[u8],
     out: &mut Vec<u8>,
-) -> Result<bool, Error> {
+) -> Result<Option<Deadline>, Error> {
     get_in(pager, root, key, out)
 }
 
 /// One level of a lookup. In-memory children are borrowed from their parent
 /// (no reference count is touched on the way down); only children fetched
 /// from the page cache are held by an `Arc` of their own.
-fn get_in(pager: &Pager, node: &Node, key: &[u8], out: &mut Vec<u8>) -> Result<bool, Error> {
+fn get_in(
+    pager: &Pager,
+    node: &Node,
+    key: &[u8],
+    out: &mut Vec<u8>,
+) -> Result<Option<Deadline>, Error> {
     match node.body() {
         Body::Internal { base, .. } => {
             let i = base.child_index(key);
@@ -62,7 +69,7 @@ fn find_in_leaf(
     delta: Option<&LeafData>,
     key: &[u8],
     out: &mut Vec<u8>,
-) -> Result<bool, Error> {
+) -> Result<Option<Deadline>, Error> {
     if let Some(d) = delta {
         if let Ok(i) = d.find(key) {
             return copy_entry(pager, d.entry(i), out);
@@ -71,13 +78,13 @@ fn find_in_leaf(
     let base = pager.base(base)?;
     match base.find(key) {
         Ok(i) => copy_entry(pager, base.entry(i), out),
-        Err(_) => Ok(false),
+        Err(_) => Ok(None),
     }
 }
 
 /// Looks up every key of `keys` under `root`, calling `found(i, value)` for
-/// each in order (`None` when absent), until it answers `Break` (returned)
-/// or a read fails.
+/// each in order (`None` when absent, else the value and its deadline),
+/// until it answers `Break` (returned) or a read fails.
 ///
 /// The lookups go down the tree side by side, one level at a time, each
 /// level in passes: a pass asks for what every lookup needs next (a node,
@@ -97,7 +104,7 @@ pub fn get_each(
 }
 
 /// What `get_each` calls with each key's index and value.
-pub type Found<'f> = dyn FnMut(usize, Option<&[u8]>) -> ControlFlow<()> + 'f;
+pub type Found<'f> = dyn FnMut(usize, Option<(&[u8], Deadline)>) -> ControlFlow<()> + 'f;
 
 /// A node a lookup is at: in memory under its parent, or loaded.
 enum NodeRef<'a> {
@@ -212,7 +219,7 @@ fn leaves_each(
             unreachable!("every node of level 0 is a leaf");
         };
         let entry = find_in_leaf(pager, base, delta.as_ref(), key, out)?;
-        if found(i, entry.then_some(out.as_slice())).is_break() {
+        if found(i, entry.map(|d| (out.as_slice(), d))).is_break() {
             return Ok(ControlFlow::Break(()));
         }
     }
@@ -252,17 +259,17 @@ fn keys_in_leaf(pager: &Pager, node: &Node, keys: &[&[u8]], key: &[u8]) -> Resul
     }
 }
 
-fn copy_entry(pager: &Pager, e: Entry<'_>, out: &mut Vec<u8>) -> Result<bool, Error> {
+fn copy_entry(pager: &Pager, e: Entry<'_>, out: &mut Vec<u8>) -> Result<Option<Deadline>, Error> {
     out.clear();
     match e {
-        Entry::Tombstone => Ok(false),
-        Entry::Value(ValueRef::Inline(v)) => {
+        Entry::Tombstone => Ok(None),
+        Entry::Value(ValueRef::Inline(v), d) => {
             out.extend_from_slice(v);
-            Ok(true)
+            Ok(Some(d))
         }
-        Entry::Value(ValueRef::Big(b)) => {
+        Entry::Value(ValueRef::Big(b), d) => {
             *out = pager.read_big(b)?;
-            Ok(true)
+            Ok(Some(d))
         }
     }
 }
@@ -348,9 +355,16 @@ impl Cursor {
     pub fn value(&self) -> ValueRef<'_> {
         let at = self.at.expect("cursor not on an entry");
         match self.view.entry(at) {
-            Entry::Value(v) => v,
+            Entry::Value(v, _) => v,
             Entry::Tombstone => unreachable!("the leaf view skips tombstones"),
         }
+    }
+
+    /// The deadline of the entry the cursor is on (`NO_DEADLINE`: none).
+    #[inline]
+    pub fn deadline(&self) -> Deadline {
+        let at = self.at.expect("cursor not on an entry");
+        self.view.entry(at).deadline()
     }
 
     /// Descends from `node` to a leaf, taking child `pick(node)` at each level.

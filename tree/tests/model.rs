@@ -4,7 +4,7 @@
 //! deleted, so a read that still goes there fails), release to a tiny cache
 //! and reads back from pages, all compared with the model.
 
-use kivi_log::{OpRef, PageRef, RecordType, SegmentAppender, SegmentKind};
+use kivi_log::{Deadline, OpRef, PageRef, RecordType, SegmentAppender, SegmentKind, NO_DEADLINE};
 use kivi_storage::{MemoryStorage, Storage};
 use kivi_tree::{
     apply, check_tree, get_into, release_written, write_tree, Cursor, Node, PageSink, Pager,
@@ -39,6 +39,9 @@ struct Harness {
     /// A checkpoint written but not yet durable: its generation, what it
     /// wrote, its root's level, and whether batches were applied since.
     in_flight: Option<(u64, TreeWrite, u8, bool)>,
+    /// Values get deadlines (`deadline_of`); off where page sizes are
+    /// measured for plain values.
+    deadlines: bool,
 }
 
 impl Harness {
@@ -54,6 +57,7 @@ impl Harness {
             generation: 0,
             next_segment: 1,
             in_flight: None,
+            deadlines: true,
         }
     }
 
@@ -61,7 +65,7 @@ impl Harness {
         let refs: Vec<OpRef> = ops
             .iter()
             .map(|(k, v)| match v {
-                Some(v) => OpRef::Put(k, v),
+                Some(v) => OpRef::Put(k, v, self.deadline_of(v)),
                 None => OpRef::Delete(k),
             })
             .collect();
@@ -166,9 +170,17 @@ impl Harness {
     fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
         let mut out = Vec::new();
         let root = self.root.as_ref()?;
-        get_into(&self.pager, root, key, &mut out)
-            .unwrap()
-            .then_some(out)
+        let deadline = get_into(&self.pager, root, key, &mut out).unwrap()?;
+        assert_eq!(deadline, self.deadline_of(&out), "deadline of {key:?}");
+        Some(out)
+    }
+
+    fn deadline_of(&self, v: &[u8]) -> Deadline {
+        if self.deadlines {
+            deadline_of(v)
+        } else {
+            NO_DEADLINE
+        }
     }
 
     fn value(&self, v: ValueRef<'_>) -> Vec<u8> {
@@ -183,7 +195,14 @@ impl Harness {
         c.seek_forward(&self.pager, from).unwrap();
         let mut out = Vec::new();
         while c.is_valid() {
-            out.push((c.key().to_vec(), self.value(c.value())));
+            let v = self.value(c.value());
+            assert_eq!(
+                c.deadline(),
+                self.deadline_of(&v),
+                "deadline of {:?}",
+                c.key()
+            );
+            out.push((c.key().to_vec(), v));
             c.next(&self.pager).unwrap();
         }
         out
@@ -194,7 +213,14 @@ impl Harness {
         c.seek_backward(&self.pager, before).unwrap();
         let mut out = Vec::new();
         while c.is_valid() {
-            out.push((c.key().to_vec(), self.value(c.value())));
+            let v = self.value(c.value());
+            assert_eq!(
+                c.deadline(),
+                self.deadline_of(&v),
+                "deadline of {:?}",
+                c.key()
+            );
+            out.push((c.key().to_vec(), v));
             c.prev(&self.pager).unwrap();
         }
         out
@@ -226,6 +252,21 @@ impl Harness {
             assert!(report.problems.is_empty(), "{:?}", report.problems);
             assert_eq!(report.pairs, model.len() as u64);
         }
+    }
+}
+
+/// The deadline the harness gives each value, a function of its bytes: a
+/// third of the values have none, the rest one of many, so that a deadline
+/// that does not travel with its value (through deltas, pages, consolidation,
+/// the cleaner's copies) shows up as a mismatch.
+fn deadline_of(v: &[u8]) -> Deadline {
+    let h = v.iter().fold(v.len() as u64, |h, &b| {
+        h.wrapping_mul(31).wrapping_add(u64::from(b))
+    });
+    if h.is_multiple_of(3) {
+        NO_DEADLINE
+    } else {
+        1 + h % 1_000_000_007
     }
 }
 
@@ -370,6 +411,7 @@ proptest! {
 #[test]
 fn bulk_load_in_order_fills_pages() {
     let mut h = Harness::new(64 << 20, TreeConfig::default());
+    h.deadlines = false;
     let mut model = BTreeMap::new();
     for batch in 0..100u32 {
         let ops: Vec<_> = (0..1000u32)

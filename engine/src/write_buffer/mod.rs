@@ -63,7 +63,7 @@ pub(crate) use spare_arrays::SpareArrays;
 pub(crate) use walk::WalkPosition;
 
 use filter::Filter;
-use kivi_log::OpRef;
+use kivi_log::{Deadline, OpRef};
 use run::{Entry, Run, TREE_ABSENT, TREE_PRESENT};
 use std::ops::Bound;
 use std::sync::atomic::Ordering;
@@ -89,6 +89,22 @@ const ENTRY_OVERHEAD: u64 = (size_of::<Entry>() + size_of::<u64>()) as u64 * 3 /
 /// 504 without, 426-428 with the skiplist).
 const BLOCK_OVERHEAD: u64 = 64;
 
+/// A value as the engine holds it: its bytes and its deadline
+/// (`NO_DEADLINE`: none).
+pub(crate) type Stored<'a> = (&'a [u8], Deadline);
+
+/// One write of a commit: a key and its value (`None`: a delete).
+pub(crate) type Write<'a> = (&'a [u8], Option<Stored<'a>>);
+
+/// Bytes a write takes in a run's block: the key, and a value's deadline
+/// (8 bytes, when it has one) and bytes.
+pub(crate) fn write_bytes(key: &[u8], value: Option<Stored<'_>>) -> usize {
+    key.len()
+        + value.map_or(0, |(v, d)| {
+            v.len() + if d == kivi_log::NO_DEADLINE { 0 } else { 8 }
+        })
+}
+
 /// What the buffer says about a key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Lookup {
@@ -96,8 +112,8 @@ pub(crate) enum Lookup {
     NotHere,
     /// Deleted.
     Deleted,
-    /// The value was copied out.
-    Found,
+    /// The value was copied out; it has this deadline.
+    Found(Deadline),
 }
 
 /// The commits after the tree's, as one version sees them. Cheap to clone
@@ -133,11 +149,8 @@ impl WriteBuffer {
 
     /// Memory a group of writes (sorted, one per key) adds to a buffer, as
     /// `bytes` counts it.
-    pub fn group_cost(ops: &[(&[u8], Option<&[u8]>)]) -> u64 {
-        let bytes: usize = ops
-            .iter()
-            .map(|(k, v)| k.len() + v.map_or(0, <[u8]>::len))
-            .sum();
+    pub fn group_cost(ops: &[Write<'_>]) -> u64 {
+        let bytes: usize = ops.iter().map(|&(k, v)| write_bytes(k, v)).sum();
         bytes as u64 + ops.len() as u64 * ENTRY_OVERHEAD + BLOCK_OVERHEAD
     }
 
@@ -165,11 +178,7 @@ impl WriteBuffer {
     /// top. `ops` is sorted by key, one per key. Only the group-commit
     /// leader calls this, after the commit is durable.
     #[must_use]
-    pub fn with_group(
-        &self,
-        ops: &[(&[u8], Option<&[u8]>)],
-        spares: &Arc<SpareArrays>,
-    ) -> WriteBuffer {
+    pub fn with_group(&self, ops: &[Write<'_>], spares: &Arc<SpareArrays>) -> WriteBuffer {
         if ops.is_empty() {
             return self.clone();
         }
@@ -202,25 +211,27 @@ impl WriteBuffer {
     /// buffers with it).
     #[cfg(test)]
     pub fn with(&self, key: &[u8], value: Option<&[u8]>) -> WriteBuffer {
+        let value = value.map(|v| (v, kivi_log::NO_DEADLINE));
         self.with_group(&[(key, value)], &SpareArrays::new(1 << 20))
     }
 
-    /// Looks `key` up, copying a value found into `out`.
+    /// Looks `key` up, copying a value found into `out`. (An expired value
+    /// is found like any other: the caller knows the time.)
     pub fn get_into(&self, key: &[u8], out: &mut Vec<u8>) -> Lookup {
         match self.find(key) {
             None => Lookup::NotHere,
             Some(None) => Lookup::Deleted,
-            Some(Some(v)) => {
+            Some(Some((v, deadline))) => {
                 out.clear();
                 out.extend_from_slice(v);
-                Lookup::Found
+                Lookup::Found(deadline)
             }
         }
     }
 
     /// The newest write of `key` here: `None` if not written since the
     /// tree under the buffer, `Some(None)` if deleted, else its value.
-    pub fn find(&self, key: &[u8]) -> Option<Option<&[u8]>> {
+    pub fn find(&self, key: &[u8]) -> Option<Option<Stored<'_>>> {
         match &self.filter {
             Some(f) if f.may_hold(key) => {}
             _ => return None,
@@ -239,7 +250,7 @@ impl WriteBuffer {
         while let Some(m) = walk.next() {
             let key = m.run.key(m.at);
             out.push(match m.run.value(m.at) {
-                Some(v) => OpRef::Put(key, v),
+                Some((v, deadline)) => OpRef::Put(key, v, deadline),
                 None => OpRef::Delete(key),
             });
         }
@@ -284,15 +295,20 @@ impl WriteBuffer {
 
     /// Replaces what `out` holds with the next (up to) `max` writes from
     /// `at`, one per key, the newest (puts and deletes), and moves `at`
-    /// past them. `at` must come from this buffer's
-    /// [`walk_from`](Self::walk_from).
-    pub fn take(&self, at: &mut WalkPosition, max: usize, out: &mut Chunk) {
+    /// past them. A put whose deadline is before `now` is taken as a
+    /// delete: it hides the tree's older value all the same. `at` must come
+    /// from this buffer's [`walk_from`](Self::walk_from).
+    pub fn take(&self, at: &mut WalkPosition, max: usize, out: &mut Chunk, now: Deadline) {
         assert!(max > 0, "a chunk holds at least one pair");
         out.clear();
         let mut walk = Walk::resume(&self.runs, std::mem::take(at));
         while out.pairs.len() < max {
             let Some(m) = walk.next() else { break };
-            out.push(m.run.key(m.at), m.run.value(m.at));
+            let value = m
+                .run
+                .value(m.at)
+                .filter(|&(_, d)| crate::expiry::is_live(d, now));
+            out.push(m.run.key(m.at), value.map(|(v, _)| v));
         }
         *at = walk.at;
     }
@@ -321,7 +337,7 @@ mod tests {
         match b.get_into(k, &mut out) {
             Lookup::NotHere => None,
             Lookup::Deleted => Some(None),
-            Lookup::Found => Some(Some(out)),
+            Lookup::Found(_) => Some(Some(out)),
         }
     }
 
@@ -382,6 +398,18 @@ mod tests {
         }
     }
 
+    /// The model test's deadlines: by the value's byte, none, past (before
+    /// `NOW`) or to come.
+    fn deadline_of(v: &[u8]) -> Deadline {
+        match v[0] % 3 {
+            0 => kivi_log::NO_DEADLINE,
+            1 => NOW - 1 - u64::from(v[0]),
+            _ => NOW + u64::from(v[0]),
+        }
+    }
+
+    const NOW: Deadline = 1_000_000;
+
     /// Whether the tree under the buffer holds `key` (in the model test).
     fn in_tree(key: &[u8]) -> bool {
         key.last().is_some_and(|b| b % 2 == 0)
@@ -404,8 +432,10 @@ mod tests {
                         Op::Delete(k) => group.insert(key_of(k), None),
                     };
                 }
-                let group_ops: Vec<(&[u8], Option<&[u8]>)> =
-                    group.iter().map(|(k, v)| (k.as_slice(), v.as_deref())).collect();
+                let group_ops: Vec<Write> = group
+                    .iter()
+                    .map(|(k, v)| (k.as_slice(), v.as_deref().map(|v| (v, deadline_of(v)))))
+                    .collect();
                 buffers.push(buffers.last().unwrap().with_group(&group_ops, &spares));
                 next.extend(group);
                 models.push(next);
@@ -428,13 +458,20 @@ mod tests {
                     let mut chunk = Chunk::default();
                     let mut walk = b.walk_from(Bound::Included(&lo), Bound::Excluded(&hi), forward);
                     while !walk.is_done() {
-                        b.take(&mut walk, 3, &mut chunk);
+                        b.take(&mut walk, 3, &mut chunk, NOW);
                         prop_assert!(!chunk.is_empty(), "a walk not done takes something");
                         drain(&mut chunk, &mut got);
                     }
-                    b.take(&mut walk, 3, &mut chunk);
+                    b.take(&mut walk, 3, &mut chunk, NOW);
                     prop_assert!(chunk.is_empty());
-                    let mut want = want.clone();
+                    // Values expired at `NOW` come out as deletes.
+                    let mut want: Vec<BufferedPair> = want
+                        .iter()
+                        .map(|(k, v)| {
+                            let live = v.as_ref().filter(|v| crate::expiry::is_live(deadline_of(v), NOW));
+                            (k.clone(), live.cloned())
+                        })
+                        .collect();
                     if !forward {
                         want.reverse();
                     }
@@ -454,7 +491,10 @@ mod tests {
                     newest
                         .iter()
                         .map(|op| match *op {
-                            OpRef::Put(k, v) => (k.to_vec(), Some(v.to_vec())),
+                            OpRef::Put(k, v, d) => {
+                                assert_eq!(d, deadline_of(v), "the deadline stays with its value");
+                                (k.to_vec(), Some(v.to_vec()))
+                            }
                             OpRef::Delete(k) => (k.to_vec(), None),
                         })
                         .collect()

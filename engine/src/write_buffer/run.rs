@@ -10,6 +10,8 @@
 //! run hands its arrays to the store's `SpareArrays` (spare_arrays.rs).
 
 use super::spare_arrays::{RunArrays, SpareArrays};
+use super::{write_bytes, Stored, Write};
+use kivi_log::NO_DEADLINE;
 // Keys' first eight bytes, big-endian and zero-padded, as the tree's leaves
 // keep them: heads order as the keys do, so most comparisons never reach
 // the key's own bytes.
@@ -22,6 +24,11 @@ use std::sync::Arc;
 
 /// `Entry::value_len` of a delete.
 const DELETED: u32 = u32::MAX;
+
+/// Set in `Entry::key_len` when the value has a deadline: its 8 bytes
+/// (little-endian) lie between the key and the value. Keys are at most
+/// 4 KiB, so the bit is free, and entries stay 20 bytes.
+const HAS_DEADLINE: u32 = 1 << 31;
 
 /// Whether a buffered key is in the tree under the buffer; learned when
 /// the pairs are first counted (see `WriteBuffer::pairs_delta`) and kept on
@@ -36,6 +43,7 @@ pub(super) const TREE_PRESENT: u8 = 2;
 pub(super) struct Entry {
     block: u32,
     start: u32,
+    /// The key's length, and `HAS_DEADLINE`.
     key_len: u32,
     /// `DELETED` for a delete.
     value_len: u32,
@@ -82,11 +90,8 @@ fn small(n: usize) -> u32 {
 impl Run {
     /// The run of one commit's operations (`None`: a delete), which are
     /// sorted by key, one per key.
-    pub(super) fn of_group(ops: &[(&[u8], Option<&[u8]>)], spares: &Arc<SpareArrays>) -> Run {
-        let total: usize = ops
-            .iter()
-            .map(|(k, v)| k.len() + v.map_or(0, <[u8]>::len))
-            .sum();
+    pub(super) fn of_group(ops: &[Write<'_>], spares: &Arc<SpareArrays>) -> Run {
+        let total: usize = ops.iter().map(|&(k, v)| write_bytes(k, v)).sum();
         let mut bytes = Vec::with_capacity(total);
         let RunArrays {
             mut heads,
@@ -103,15 +108,21 @@ impl Run {
             }
             let start = small(bytes.len());
             bytes.extend_from_slice(key);
-            if let Some(v) = value {
+            let mut key_len = small(key.len());
+            assert!(key_len < HAS_DEADLINE, "keys are at most 4 KiB (limits.rs)");
+            if let Some((v, deadline)) = value {
+                if deadline != NO_DEADLINE {
+                    bytes.extend_from_slice(&deadline.to_le_bytes());
+                    key_len |= HAS_DEADLINE;
+                }
                 bytes.extend_from_slice(v);
             }
             heads.push(head);
             entries.push(Entry {
                 block: 0,
                 start,
-                key_len: small(key.len()),
-                value_len: value.map_or(DELETED, |v| small(v.len())),
+                key_len,
+                value_len: value.map_or(DELETED, |(v, _)| small(v.len())),
                 tree: AtomicU8::new(TREE_UNKNOWN),
             });
         }
@@ -237,18 +248,24 @@ impl Run {
     #[inline]
     pub(super) fn key(&self, i: usize) -> &[u8] {
         let e = &self.entries[i];
-        &self.blocks[e.block as usize][e.start as usize..][..e.key_len as usize]
+        &self.blocks[e.block as usize][e.start as usize..][..(e.key_len & !HAS_DEADLINE) as usize]
     }
 
-    /// `None` for a delete.
+    /// The value and its deadline; `None` for a delete.
     #[inline]
-    pub(super) fn value(&self, i: usize) -> Option<&[u8]> {
+    pub(super) fn value(&self, i: usize) -> Option<Stored<'_>> {
         let e = &self.entries[i];
         if e.value_len == DELETED {
             return None;
         }
-        let at = e.start as usize + e.key_len as usize;
-        Some(&self.blocks[e.block as usize][at..at + e.value_len as usize])
+        let block = &self.blocks[e.block as usize];
+        let mut at = e.start as usize + (e.key_len & !HAS_DEADLINE) as usize;
+        let mut deadline = NO_DEADLINE;
+        if e.key_len & HAS_DEADLINE != 0 {
+            deadline = u64::from_le_bytes(block[at..at + 8].try_into().expect("8 bytes"));
+            at += 8;
+        }
+        Some((&block[at..at + e.value_len as usize], deadline))
     }
 
     /// Entry `i`'s key against `key` (whose head is `head`).

@@ -121,9 +121,9 @@ mod tests {
                 .collect()
         };
         let add = |b: &WriteBuffer, g: &[(Vec<u8>, Vec<u8>)]| {
-            let ops: Vec<(&[u8], Option<&[u8]>)> = g
+            let ops: Vec<crate::write_buffer::Write> = g
                 .iter()
-                .map(|(k, v)| (k.as_slice(), Some(v.as_slice())))
+                .map(|(k, v)| (k.as_slice(), Some((v.as_slice(), kivi_log::NO_DEADLINE))))
                 .collect();
             b.with_group(&ops, &spares)
         };

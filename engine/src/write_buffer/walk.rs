@@ -201,12 +201,12 @@ mod tests {
         let low = Bound::Excluded(b"z".as_slice());
         let mut walk = b.walk_from(low, Bound::Included(b"a"), true);
         assert!(walk.is_done());
-        b.take(&mut walk, 8, &mut out);
+        b.take(&mut walk, 8, &mut out, 0);
         assert!(out.is_empty());
         let at = Bound::Excluded(b"m".as_slice());
         let mut walk = b.walk_from(at, at, false);
         assert!(walk.is_done());
-        b.take(&mut walk, 8, &mut out);
+        b.take(&mut walk, 8, &mut out, 0);
         assert!(out.is_empty());
     }
 }

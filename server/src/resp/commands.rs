@@ -8,9 +8,10 @@
 
 use super::glob;
 use super::reply::Reply;
+use super::scripts;
 use super::transaction::{self, Transaction, Watched};
 use crate::Shared;
-use kivi::{WriteBatch, WriteOutcome};
+use kivi::{Deadline, WriteBatch, WriteOutcome};
 use std::ops::Bound;
 
 /// Pairs a RANGE returns at most (and without LIMIT).
@@ -64,6 +65,8 @@ pub const COMMANDS: &[(&str, Arity)] = &[
     ("MSET", Arity::Pairs),
     ("CAS", Arity::Exactly(4)),
     ("CAD", Arity::Exactly(3)),
+    ("SETEX", Arity::Exactly(4)),
+    ("PSETEX", Arity::Exactly(4)),
     // Reads.
     ("GET", Arity::Exactly(2)),
     ("STRLEN", Arity::Exactly(2)),
@@ -93,6 +96,21 @@ pub const COMMANDS: &[(&str, Arity)] = &[
     ("RENAMENX", Arity::Exactly(3)),
     ("TYPE", Arity::Exactly(2)),
     ("INCRBYFLOAT", Arity::Exactly(3)),
+    // Deadlines.
+    ("GETEX", Arity::AtLeast(2)),
+    ("EXPIRE", Arity::AtLeast(3)),
+    ("PEXPIRE", Arity::AtLeast(3)),
+    ("EXPIREAT", Arity::AtLeast(3)),
+    ("PEXPIREAT", Arity::AtLeast(3)),
+    ("TTL", Arity::Exactly(2)),
+    ("PTTL", Arity::Exactly(2)),
+    ("EXPIRETIME", Arity::Exactly(2)),
+    ("PEXPIRETIME", Arity::Exactly(2)),
+    ("PERSIST", Arity::Exactly(2)),
+    // redis-py's lock scripts, and no others (scripts.rs).
+    ("EVAL", Arity::AtLeast(3)),
+    ("EVALSHA", Arity::AtLeast(3)),
+    ("SCRIPT", Arity::AtLeast(2)),
     // The connection and the server.
     ("PING", Arity::Either(1, 2)),
     ("ECHO", Arity::Exactly(2)),
@@ -145,29 +163,105 @@ fn syntax() -> Reply {
     Reply::err("syntax error")
 }
 
-const NO_EXPIRY: &str = "kivi has no expiry: EX, PX, EXAT, PXAT and KEEPTTL are not supported";
+/// What a SET does to the key's deadline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ttl {
+    /// The value never expires (a plain SET drops any deadline).
+    Never,
+    /// KEEPTTL: the deadline the key had stays.
+    Keep,
+    /// EX, PX, EXAT or PXAT: this deadline (milliseconds since the epoch).
+    At(u64),
+}
 
-/// SET's options: NX / XX / GET; expiry options are refused.
+/// SET's options: NX / XX / GET, and EX / PX / EXAT / PXAT / KEEPTTL.
 pub(crate) struct SetOptions {
     pub nx: bool,
     pub xx: bool,
     pub get: bool,
+    pub ttl: Ttl,
 }
 
-pub(crate) fn set_options(args: &[Vec<u8>]) -> Result<SetOptions, Reply> {
+fn invalid_expire(cmd: &str) -> Reply {
+    Reply::err(format!(
+        "invalid expire time in '{}' command",
+        cmd.to_ascii_lowercase()
+    ))
+}
+
+/// The deadline `amount` (a positive integer) `unit` milliseconds after
+/// `now`, or, when `absolute`, at `amount` units since the epoch: SET's
+/// EX/PX/EXAT/PXAT, SETEX's, GETEX's. Zero, negative and overflowing
+/// amounts are refused as Redis refuses them.
+fn deadline_of(
+    amount: &[u8],
+    unit: u64,
+    absolute: bool,
+    now: u64,
+    cmd: &str,
+) -> Result<u64, Reply> {
+    let n = parse_i64(amount).ok_or_else(not_an_integer)?;
+    if n <= 0 {
+        return Err(invalid_expire(cmd));
+    }
+    let ms = (n as u64)
+        .checked_mul(unit)
+        .ok_or_else(|| invalid_expire(cmd))?;
+    let at = if absolute {
+        Some(ms)
+    } else {
+        now.checked_add(ms)
+    };
+    at.filter(|&d| d <= i64::MAX as u64)
+        .ok_or_else(|| invalid_expire(cmd))
+}
+
+/// SETEX's and PSETEX's deadline: `amount` `unit` milliseconds from now.
+pub(crate) fn deadline_after(amount: &[u8], unit: u64, now: u64, cmd: &str) -> Result<u64, Reply> {
+    deadline_of(amount, unit, false, now, cmd)
+}
+
+/// An expiry option's deadline (EX s, PX ms, EXAT s, PXAT ms), or `None`
+/// when `name` is not one.
+fn expiry_option(name: &str, amount: &[u8], now: u64, cmd: &str) -> Option<Result<u64, Reply>> {
+    let (unit, absolute) = match name {
+        "EX" => (1000, false),
+        "PX" => (1, false),
+        "EXAT" => (1000, true),
+        "PXAT" => (1, true),
+        _ => return None,
+    };
+    Some(deadline_of(amount, unit, absolute, now, cmd))
+}
+
+pub(crate) fn set_options(args: &[Vec<u8>], now: u64) -> Result<SetOptions, Reply> {
     let mut o = SetOptions {
         nx: false,
         xx: false,
         get: false,
+        ttl: Ttl::Never,
     };
-    for a in args {
-        match upper(a).as_str() {
+    let mut ttl_given = false;
+    let mut i = 0;
+    while i < args.len() {
+        let name = upper(&args[i]);
+        match name.as_str() {
             "NX" => o.nx = true,
             "XX" => o.xx = true,
             "GET" => o.get = true,
-            "EX" | "PX" | "EXAT" | "PXAT" | "KEEPTTL" => return Err(Reply::err(NO_EXPIRY)),
+            "KEEPTTL" if !ttl_given => {
+                ttl_given = true;
+                o.ttl = Ttl::Keep;
+            }
+            _ if !ttl_given && i + 1 < args.len() => {
+                let at = expiry_option(&name, &args[i + 1], now, "set").ok_or_else(syntax)??;
+                ttl_given = true;
+                o.ttl = Ttl::At(at);
+                i += 1;
+            }
             _ => return Err(syntax()),
         }
+        i += 1;
     }
     if o.nx && o.xx {
         return Err(syntax());
@@ -175,13 +269,81 @@ pub(crate) fn set_options(args: &[Vec<u8>]) -> Result<SetOptions, Reply> {
     Ok(o)
 }
 
+/// GETEX's option: `None` to leave the deadline, `Some(None)` for PERSIST,
+/// `Some(Some(d))` for a new deadline.
+pub(crate) fn getex_option(args: &[Vec<u8>], now: u64) -> Result<Option<Option<u64>>, Reply> {
+    match args {
+        [] => Ok(None),
+        [p] if p.eq_ignore_ascii_case(b"PERSIST") => Ok(Some(None)),
+        [name, amount] => {
+            let at = expiry_option(&upper(name), amount, now, "getex").ok_or_else(syntax)??;
+            Ok(Some(Some(at)))
+        }
+        _ => Err(syntax()),
+    }
+}
+
+/// EXPIRE's, PEXPIRE's, EXPIREAT's and PEXPIREAT's deadline, in
+/// milliseconds since the epoch; it may be in the past (the key is then
+/// deleted), so it is signed, and wide enough not to overflow.
+pub(crate) fn expire_deadline(cmd: &str, amount: &[u8], now: u64) -> Result<i128, Reply> {
+    let n = i128::from(parse_i64(amount).ok_or_else(not_an_integer)?);
+    let (unit, base) = match cmd {
+        "EXPIRE" => (1000, i128::from(now)),
+        "PEXPIRE" => (1, i128::from(now)),
+        "EXPIREAT" => (1000, 0),
+        _ => (1, 0),
+    };
+    let at = n * unit + base;
+    if at > i128::from(i64::MAX) {
+        return Err(invalid_expire(cmd));
+    }
+    Ok(at)
+}
+
+/// EXPIRE's flags: NX (only if the key has no deadline), XX (only if it has
+/// one), GT and LT (only if the new one is later or earlier).
+#[derive(Debug, Default)]
+pub(crate) struct ExpireFlags {
+    pub nx: bool,
+    pub xx: bool,
+    pub gt: bool,
+    pub lt: bool,
+}
+
+pub(crate) fn expire_flags(args: &[Vec<u8>]) -> Result<ExpireFlags, Reply> {
+    let mut f = ExpireFlags::default();
+    for a in args {
+        match upper(a).as_str() {
+            "NX" => f.nx = true,
+            "XX" => f.xx = true,
+            "GT" => f.gt = true,
+            "LT" => f.lt = true,
+            other => return Err(Reply::err(format!("Unsupported option {other}"))),
+        }
+    }
+    if f.nx && (f.xx || f.gt || f.lt) {
+        return Err(Reply::err(
+            "NX and XX, GT or LT options at the same time are not compatible",
+        ));
+    }
+    if f.gt && f.lt {
+        return Err(Reply::err(
+            "GT and LT options at the same time are not compatible",
+        ));
+    }
+    Ok(f)
+}
+
 /// The batch for a plain write and how to answer it, if `args` is one:
 /// `None` for any other command; `Some(Err(reply))` for a write refused
 /// before it reaches the store.
-pub fn write_plan(args: &mut [Vec<u8>]) -> Option<Result<(WriteBatch, Answer), Reply>> {
+/// `now` is the time (milliseconds since the epoch) expiry options count
+/// from.
+pub fn write_plan(args: &mut [Vec<u8>], now: u64) -> Option<Result<(WriteBatch, Answer), Reply>> {
     // The hot path of pipelined writes: no allocation to find the command,
     // and keys and values are moved, not copied, into the batch.
-    const WRITES: [&str; 5] = ["SET", "SETNX", "MSET", "CAS", "CAD"];
+    const WRITES: [&str; 7] = ["SET", "SETNX", "MSET", "CAS", "CAD", "SETEX", "PSETEX"];
     let cmd = *WRITES
         .iter()
         .find(|w| args[0].eq_ignore_ascii_case(w.as_bytes()))?;
@@ -193,13 +355,17 @@ pub fn write_plan(args: &mut [Vec<u8>]) -> Option<Result<(WriteBatch, Answer), R
     let take = |args: &mut [Vec<u8>], i: usize| std::mem::take(&mut args[i]);
     let built: kivi::Result<Answer> = match cmd {
         "SET" => {
-            let o = match set_options(&args[3..]) {
+            let o = match set_options(&args[3..], now) {
                 Ok(o) => o,
                 Err(r) => return Some(Err(r)),
             };
-            if o.get {
-                return None;
-            }
+            // GET and KEEPTTL read the key first: a transaction of one.
+            let deadline = match o.ttl {
+                _ if o.get => return None,
+                Ttl::Keep => return None,
+                Ttl::Never => None,
+                Ttl::At(d) => Some(Deadline::from_unix_millis(d)),
+            };
             let (k, v) = (take(args, 1), take(args, 2));
             let r = if o.nx {
                 b.insert_if_absent(k, v)
@@ -208,7 +374,18 @@ pub fn write_plan(args: &mut [Vec<u8>]) -> Option<Result<(WriteBatch, Answer), R
             } else {
                 b.put(k, v)
             };
-            r.map(|_| ok_or_nil as Answer)
+            r.and_then(|b| b.with_deadline(deadline))
+                .map(|_| ok_or_nil as Answer)
+        }
+        "SETEX" | "PSETEX" => {
+            let unit = if cmd == "SETEX" { 1000 } else { 1 };
+            let deadline = match deadline_after(&args[2], unit, now, cmd) {
+                Ok(d) => Some(Deadline::from_unix_millis(d)),
+                Err(r) => return Some(Err(r)),
+            };
+            b.put(take(args, 1), take(args, 3))
+                .and_then(|b| b.with_deadline(deadline))
+                .map(|_| (|_| Reply::ok()) as Answer)
         }
         "SETNX" => b
             .insert_if_absent(take(args, 1), take(args, 2))
@@ -298,9 +475,15 @@ pub async fn execute(shared: &Shared, s: &mut Session, args: Vec<Vec<u8>>) -> Re
         // commands that read, then write.
         "SET" | "GETDEL" | "DEL" | "INCR" | "DECR" | "INCRBY" | "DECRBY" | "GETSET" | "APPEND"
         | "GETRANGE" | "SUBSTR" | "SETRANGE" | "MSETNX" | "UNLINK" | "TOUCH" | "COPY"
-        | "RENAME" | "RENAMENX" | "TYPE" | "INCRBYFLOAT" => {
+        | "RENAME" | "RENAMENX" | "TYPE" | "INCRBYFLOAT" | "GETEX" | "EXPIRE" | "PEXPIRE"
+        | "EXPIREAT" | "PEXPIREAT" | "TTL" | "PTTL" | "EXPIRETIME" | "PEXPIRETIME" | "PERSIST" => {
             Ok(transaction::run_alone(shared, args).await)
         }
+        "EVAL" | "EVALSHA" => match scripts::command_for(&args) {
+            Ok(command) => Ok(transaction::run_alone(shared, command).await),
+            Err(e) => Err(e),
+        },
+        "SCRIPT" => scripts::script(&args),
         "INFO" => Ok(Reply::bulk(crate::info::render(shared, &args[1..]))),
         "HELLO" => hello(s, &args),
         "CLIENT" => client(s, &args),
@@ -647,9 +830,12 @@ mod tests {
             "MSET" => n >= 3 && n % 2 == 1,
             "CAS" => n == 4,
             "PING" => n == 1 || n == 2,
-            "ECHO" | "GET" | "STRLEN" | "GETDEL" | "INCR" | "DECR" | "SELECT" | "TYPE" | "KEYS" => {
-                n == 2
-            }
+            "ECHO" | "GET" | "STRLEN" | "GETDEL" | "INCR" | "DECR" | "SELECT" | "TYPE" | "KEYS"
+            | "TTL" | "PTTL" | "EXPIRETIME" | "PEXPIRETIME" | "PERSIST" => n == 2,
+            "SETEX" | "PSETEX" => n == 4,
+            "GETEX" | "SCRIPT" => n >= 2,
+            "EVAL" | "EVALSHA" => n >= 3,
+            "EXPIRE" | "PEXPIRE" | "EXPIREAT" | "PEXPIREAT" => n >= 3,
             "EXISTS" | "MGET" | "SCAN" | "DEL" | "CLIENT" | "CONFIG" | "WATCH" | "UNLINK"
             | "TOUCH" => n >= 2,
             "GETSET" | "APPEND" | "RENAME" | "RENAMENX" | "INCRBYFLOAT" => n == 3,
@@ -670,7 +856,7 @@ mod tests {
         }
         assert!(arity(b"FLUSHALL").is_none());
         let mut args = vec![b"mset".to_vec(), b"k".to_vec()];
-        match write_plan(&mut args) {
+        match write_plan(&mut args, 0) {
             Some(Err(r)) => assert_eq!(
                 r,
                 Reply::err("wrong number of arguments for 'mset' command")

@@ -13,15 +13,23 @@
 //! again on a newer snapshot. So the writes are one atomic, durable commit
 //! and the replies are those of running the queue alone at that commit.
 //!
-//! Unlike Redis, WATCH compares values (by SHA-256, so a connection holds
-//! 32 bytes per watched key, not the value): a key set back to the value it
-//! had at WATCH counts as unchanged.
+//! Unlike Redis, WATCH compares values and deadlines (by SHA-256, so a
+//! connection holds 32 bytes per watched key, not the value): a key set back
+//! to the value and deadline it had at WATCH counts as unchanged. A key that
+//! expired since, or whose deadline changed, has changed.
+//!
+//! Values carry their deadlines through every command as Redis's do: SET,
+//! GETSET and MSET write values that never expire (unless SET says
+//! otherwise), the commands that change a value in place (INCR, APPEND,
+//! SETRANGE, ...) keep its deadline, RENAME and COPY carry it to the new
+//! key. A whole evaluation decides expiry at one moment.
 
 use super::commands::{self, Arity};
 use super::reply::Reply;
+use super::scripts;
 use crate::Shared;
 use kivi::limits::{MAX_BATCH_BYTES, MAX_KEY_LEN, MAX_VALUE_LEN};
-use kivi::{Snapshot, WriteBatch, WriteOutcome};
+use kivi::{Deadline, Snapshot, WriteBatch, WriteOutcome};
 use sha2::{Digest, Sha256};
 use std::collections::{HashMap, HashSet};
 
@@ -69,7 +77,23 @@ const QUEUEABLE: &[&str] = &[
     "RENAMENX",
     "TYPE",
     "INCRBYFLOAT",
+    "SETEX",
+    "PSETEX",
+    "GETEX",
+    "EXPIRE",
+    "PEXPIRE",
+    "EXPIREAT",
+    "PEXPIREAT",
+    "TTL",
+    "PTTL",
+    "EXPIRETIME",
+    "PEXPIRETIME",
+    "PERSIST",
 ];
+
+/// A value and its deadline (milliseconds since the Unix epoch; `None`:
+/// it never expires).
+pub type Held = (Vec<u8>, Option<u64>);
 
 /// A connection's open transaction.
 #[derive(Debug, Default)]
@@ -80,11 +104,20 @@ pub struct Transaction {
     aborted: bool,
 }
 
-/// A watched key and the digest of its value at WATCH (`None`: absent).
+/// A watched key and the digest of its value and deadline at WATCH
+/// (`None`: absent).
 pub type Watched = (Vec<u8>, Option<[u8; 32]>);
 
-fn digest(v: &[u8]) -> [u8; 32] {
-    Sha256::digest(v).into()
+fn digest((v, deadline): &Held) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(v);
+    h.update(deadline.unwrap_or(0).to_le_bytes());
+    h.finalize().into()
+}
+
+/// A value and its deadline as the engine gives them.
+fn held(found: Option<(Vec<u8>, Option<Deadline>)>) -> Option<Held> {
+    found.map(|(v, d)| (v, d.map(Deadline::unix_millis)))
 }
 
 /// The commands that act on the transaction itself rather than being
@@ -142,8 +175,11 @@ pub fn watch(
                 "too many watched keys (at most {MAX_WATCHED_KEYS})"
             )));
         }
-        let v = shared.db.get(k).map_err(|e| Reply::err(e.to_string()))?;
-        watched.push((k.clone(), v.as_deref().map(digest)));
+        let v = shared
+            .db
+            .get_with_deadline(k)
+            .map_err(|e| Reply::err(e.to_string()))?;
+        watched.push((k.clone(), held(v).as_ref().map(digest)));
     }
     Ok(Reply::ok())
 }
@@ -199,7 +235,8 @@ async fn run(
 ) -> Result<Vec<Reply>, Reply> {
     for _ in 0..MAX_RETRIES {
         // The snapshot is dropped before the commit is awaited.
-        let evaluated = evaluate(&shared.db.snapshot(), queued, watched)?;
+        let now = shared.db.clock().now_millis();
+        let evaluated = evaluate(&shared.db.snapshot(), now, queued, watched)?;
         let (batch, watch_ops, replies) = match evaluated {
             Evaluated::WatchFailed => return Err(Reply::Null),
             Evaluated::ReadOnly(replies) => return Ok(replies),
@@ -219,13 +256,18 @@ async fn run(
     Err(Reply::err("the keys changed under every retry; try again"))
 }
 
-/// A guard that holds only if `key` still holds `old` (or is still
-/// absent). The engine has no "is absent" condition on its own: a
-/// placeholder is inserted only if absent, then deleted (later operations
-/// of the batch override both).
-fn guard(b: &mut WriteBatch, key: &[u8], old: &Option<Vec<u8>>) -> kivi::Result<()> {
+/// A guard that holds only if `key` still holds `old`, deadline included
+/// (or is still absent, an expired key counting as absent). The engine has
+/// no "is absent" condition on its own: a placeholder is inserted only if
+/// absent, then deleted (later operations of the batch override both).
+fn guard(b: &mut WriteBatch, key: &[u8], old: &Option<Held>) -> kivi::Result<()> {
     match old {
-        Some(v) => b.compare_and_swap(key.to_vec(), v.clone(), v.clone())?,
+        Some((v, d)) => {
+            let d = d.map(Deadline::from_unix_millis);
+            b.compare_and_swap(key.to_vec(), v.clone(), v.clone())?
+                .if_deadline(d)?
+                .with_deadline(d)?
+        }
         None => b
             .insert_if_absent(key.to_vec(), Vec::new())?
             .delete(key.to_vec())?,
@@ -233,27 +275,37 @@ fn guard(b: &mut WriteBatch, key: &[u8], old: &Option<Vec<u8>>) -> kivi::Result<
     Ok(())
 }
 
+/// Reads `key` from the snapshot as of `now`.
+fn read(snap: &Snapshot, now: u64, key: &[u8]) -> Result<Option<Held>, Reply> {
+    let found = snap
+        .get_with_deadline(key)
+        .map_err(|e| Reply::err(e.to_string()))?;
+    Ok(held(found).filter(|(_, d)| d.is_none_or(|d| now <= d)))
+}
+
 fn evaluate(
     snap: &Snapshot,
+    now: u64,
     queued: &[Vec<Vec<u8>>],
     watched: &[Watched],
 ) -> Result<Evaluated, Reply> {
-    let get = |k: &[u8]| snap.get(k).map_err(|e| Reply::err(e.to_string()));
+    let get = |k: &[u8]| read(snap, now, k);
     let mut b = WriteBatch::new();
     let too_large = |e: kivi::Error| Reply::err(format!("transaction refused: {e}"));
     let mut guarded: HashSet<&[u8]> = HashSet::new();
     for (k, d) in watched {
-        let now = get(k)?;
-        if now.as_deref().map(digest) != *d {
+        let current = get(k)?;
+        if current.as_ref().map(digest) != *d {
             return Ok(Evaluated::WatchFailed);
         }
-        guard(&mut b, k, &now).map_err(too_large)?;
+        guard(&mut b, k, &current).map_err(too_large)?;
         guarded.insert(k);
     }
     let watch_ops = b.len();
     let mut state = State {
         snap,
-        now: HashMap::new(),
+        now,
+        seen: HashMap::new(),
         read: Vec::new(),
         writes: Vec::new(),
     };
@@ -271,7 +323,9 @@ fn evaluate(
     }
     for (k, v) in state.writes {
         match v {
-            Some(v) => b.put(k, v),
+            Some((v, d)) => b
+                .put(k, v)
+                .and_then(|b| b.with_deadline(d.map(Deadline::from_unix_millis))),
             None => b.delete(k),
         }
         .map_err(too_large)?;
@@ -283,39 +337,75 @@ fn evaluate(
     })
 }
 
-/// The store as the transaction sees it: the snapshot under its own writes.
+/// The store as the transaction sees it: the snapshot under its own writes,
+/// at one moment.
 struct State<'a> {
     snap: &'a Snapshot,
+    /// The moment expiry is decided at (milliseconds since the Unix epoch).
+    now: u64,
     /// Each key's value after the transaction's writes so far (and every
     /// key read, as read).
-    now: HashMap<Vec<u8>, Option<Vec<u8>>>,
+    seen: HashMap<Vec<u8>, Option<Held>>,
     /// Keys read from the snapshot before the transaction wrote them, and
     /// what they held: the commit's guards.
-    read: Vec<(Vec<u8>, Option<Vec<u8>>)>,
-    writes: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+    read: Vec<(Vec<u8>, Option<Held>)>,
+    writes: Vec<(Vec<u8>, Option<Held>)>,
 }
 
 impl State<'_> {
-    fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, Reply> {
-        if let Some(v) = self.now.get(key) {
-            return Ok(v.clone());
+    /// The value under `key` and its deadline, unless expired.
+    fn get_held(&mut self, key: &[u8]) -> Result<Option<Held>, Reply> {
+        let now = self.now;
+        let live = |v: &Option<Held>| v.clone().filter(|(_, d)| d.is_none_or(|d| now <= d));
+        if let Some(v) = self.seen.get(key) {
+            return Ok(live(v));
         }
-        let v = self.snap.get(key).map_err(|e| Reply::err(e.to_string()))?;
+        let v = read(self.snap, now, key)?;
         self.read.push((key.to_vec(), v.clone()));
-        self.now.insert(key.to_vec(), v.clone());
+        self.seen.insert(key.to_vec(), v.clone());
         Ok(v)
     }
 
-    fn set(&mut self, key: &[u8], value: Option<Vec<u8>>) {
-        self.now.insert(key.to_vec(), value.clone());
+    fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, Reply> {
+        Ok(self.get_held(key)?.map(|(v, _)| v))
+    }
+
+    /// Writes `key` (`None`: deletes it).
+    fn set_held(&mut self, key: &[u8], value: Option<Held>) {
+        self.seen.insert(key.to_vec(), value.clone());
         self.writes.push((key.to_vec(), value));
+    }
+
+    /// Writes a value that never expires (`None`: deletes the key).
+    fn set(&mut self, key: &[u8], value: Option<Vec<u8>>) {
+        self.set_held(key, value.map(|v| (v, None)));
+    }
+
+    /// Writes a value in place of the one under `key`, keeping its deadline.
+    fn replace(&mut self, key: &[u8], value: Vec<u8>) -> Result<(), Reply> {
+        let deadline = self.get_held(key)?.and_then(|(_, d)| d);
+        self.set_held(key, Some((value, deadline)));
+        Ok(())
+    }
+
+    /// The remaining life of `key` as TTL and its kin answer it: -2 when
+    /// absent, -1 without a deadline, else `of(deadline)`.
+    fn life(&mut self, key: &[u8], of: impl Fn(u64) -> i64) -> Result<Reply, Reply> {
+        Ok(Reply::Int(match self.get_held(key)? {
+            None => -2,
+            Some((_, None)) => -1,
+            Some((_, Some(d))) => of(d),
+        }))
     }
 
     /// One queued command: its reply, or its error (which, as in Redis,
     /// does not stop the others).
     fn run(&mut self, args: &[Vec<u8>]) -> Result<Reply, Reply> {
         let name = String::from_utf8_lossy(&args[0]).to_ascii_uppercase();
-        debug_assert!(commands::arity(name.as_bytes()).is_some_and(|a: Arity| a.allows(args.len())));
+        debug_assert!(
+            name.starts_with('\0')
+                || commands::arity(name.as_bytes()).is_some_and(|a: Arity| a.allows(args.len()))
+        );
         // The engine's own errors for what a batch would refuse.
         for k in keys_of(&name, args) {
             if k.len() > MAX_KEY_LEN {
@@ -356,23 +446,119 @@ impl State<'_> {
                 .collect::<Result<Vec<_>, _>>()
                 .map(Reply::Array),
             "SET" => {
-                let o = commands::set_options(&args[3..])?;
+                let o = commands::set_options(&args[3..], self.now)?;
                 value_ok(&args[2])?;
                 // A plain SET reads nothing, so it adds no condition.
-                let old = if o.nx || o.xx || o.get {
-                    self.get(&args[1])?
+                let keep = matches!(o.ttl, commands::Ttl::Keep);
+                let old = if o.nx || o.xx || o.get || keep {
+                    self.get_held(&args[1])?
                 } else {
                     None
                 };
                 let applies = !(o.nx && old.is_some() || o.xx && old.is_none());
                 if applies {
-                    self.set(&args[1], Some(args[2].clone()));
+                    let deadline = match o.ttl {
+                        commands::Ttl::Never => None,
+                        commands::Ttl::Keep => old.as_ref().and_then(|(_, d)| *d),
+                        commands::Ttl::At(d) => Some(d),
+                    };
+                    self.set_held(&args[1], Some((args[2].clone(), deadline)));
                 }
                 Ok(match (o.get, applies) {
-                    (true, _) => bulk_or_nil(old),
+                    (true, _) => bulk_or_nil(old.map(|(v, _)| v)),
                     (false, true) => Reply::ok(),
                     (false, false) => Reply::Null,
                 })
+            }
+            "SETEX" | "PSETEX" => {
+                let unit = if name == "SETEX" { 1000 } else { 1 };
+                let deadline = commands::deadline_after(&args[2], unit, self.now, &name)?;
+                value_ok(&args[3])?;
+                self.set_held(&args[1], Some((args[3].clone(), Some(deadline))));
+                Ok(Reply::ok())
+            }
+            "GETEX" => {
+                let change = commands::getex_option(&args[2..], self.now)?;
+                let Some((v, _)) = self.get_held(&args[1])? else {
+                    return Ok(Reply::Null);
+                };
+                if let Some(deadline) = change {
+                    if deadline.is_some_and(|d| d <= self.now) {
+                        self.set(&args[1], None);
+                    } else {
+                        self.set_held(&args[1], Some((v.clone(), deadline)));
+                    }
+                }
+                Ok(Reply::Bulk(v))
+            }
+            "EXPIRE" | "PEXPIRE" | "EXPIREAT" | "PEXPIREAT" => {
+                let when = commands::expire_deadline(&name, &args[2], self.now)?;
+                let flags = commands::expire_flags(&args[3..])?;
+                let Some((v, current)) = self.get_held(&args[1])? else {
+                    return Ok(Reply::Int(0));
+                };
+                // No deadline counts as an infinite one for GT and LT.
+                let refused = (flags.nx && current.is_some())
+                    || (flags.xx && current.is_none())
+                    || (flags.gt && current.is_none_or(|c| when <= i128::from(c)))
+                    || (flags.lt && current.is_some_and(|c| when >= i128::from(c)));
+                if refused {
+                    return Ok(Reply::Int(0));
+                }
+                if when <= i128::from(self.now) {
+                    self.set(&args[1], None);
+                } else {
+                    self.set_held(&args[1], Some((v, Some(when as u64))));
+                }
+                Ok(Reply::Int(1))
+            }
+            "PERSIST" => match self.get_held(&args[1])? {
+                Some((v, Some(_))) => {
+                    self.set_held(&args[1], Some((v, None)));
+                    Ok(Reply::Int(1))
+                }
+                _ => Ok(Reply::Int(0)),
+            },
+            // Redis rounds seconds to the nearest (`(ms + 500) / 1000`).
+            "TTL" => {
+                let now = self.now;
+                self.life(&args[1], |d| ((d.saturating_sub(now) + 500) / 1000) as i64)
+            }
+            "PTTL" => {
+                let now = self.now;
+                self.life(&args[1], |d| d.saturating_sub(now) as i64)
+            }
+            "EXPIRETIME" => self.life(&args[1], |d| (d.saturating_add(500) / 1000) as i64),
+            "PEXPIRETIME" => self.life(&args[1], |d| d as i64),
+            // redis-py's lock scripts (scripts.rs): key, token, ...
+            scripts::LOCK_RELEASE | scripts::LOCK_EXTEND | scripts::LOCK_REACQUIRE => {
+                let Some((v, deadline)) = self.get_held(&args[1])? else {
+                    return Ok(Reply::Int(0));
+                };
+                if v != args[2] {
+                    return Ok(Reply::Int(0));
+                }
+                if name == scripts::LOCK_RELEASE {
+                    self.set(&args[1], None);
+                    return Ok(Reply::Int(1));
+                }
+                let ms = commands::parse_i64(&args[3]).ok_or_else(commands::not_an_integer)?;
+                let new = match (name.as_str(), deadline) {
+                    // A lock without a deadline is not extended.
+                    (scripts::LOCK_EXTEND, None) => return Ok(Reply::Int(0)),
+                    // Extend by `ms` (ARGV[3] "0"), or to `ms` from now.
+                    (scripts::LOCK_EXTEND, Some(d)) if args[4] == b"0" => {
+                        i128::from(d) + i128::from(ms)
+                    }
+                    _ => i128::from(self.now) + i128::from(ms),
+                };
+                if new <= i128::from(self.now) {
+                    self.set(&args[1], None);
+                } else {
+                    let new = u64::try_from(new).map_err(|_| commands::not_an_integer())?;
+                    self.set_held(&args[1], Some((v, Some(new))));
+                }
+                Ok(Reply::Int(1))
             }
             "SETNX" => {
                 value_ok(&args[2])?;
@@ -417,7 +603,7 @@ impl State<'_> {
                 v.extend_from_slice(&args[2]);
                 value_ok(&v)?;
                 let len = v.len() as i64;
-                self.set(&args[1], Some(v));
+                self.replace(&args[1], v)?;
                 Ok(Reply::Int(len))
             }
             "GETRANGE" | "SUBSTR" => {
@@ -448,7 +634,7 @@ impl State<'_> {
                 }
                 v[offset..end].copy_from_slice(&args[3]);
                 let len = v.len() as i64;
-                self.set(&args[1], Some(v));
+                self.replace(&args[1], v)?;
                 Ok(Reply::Int(len))
             }
             "MSETNX" => {
@@ -492,7 +678,7 @@ impl State<'_> {
                         return Err(Reply::err("syntax error"));
                     }
                 }
-                let Some(v) = self.get(&args[1])? else {
+                let Some(v) = self.get_held(&args[1])? else {
                     return Ok(Reply::Int(0));
                 };
                 if args[1] == args[2] {
@@ -501,12 +687,13 @@ impl State<'_> {
                 if !replace && self.get(&args[2])?.is_some() {
                     return Ok(Reply::Int(0));
                 }
-                self.set(&args[2], Some(v));
+                // The copy takes the deadline too, as in Redis.
+                self.set_held(&args[2], Some(v));
                 Ok(Reply::Int(1))
             }
             "RENAME" | "RENAMENX" => {
                 let nx = name == "RENAMENX";
-                let Some(v) = self.get(&args[1])? else {
+                let Some(v) = self.get_held(&args[1])? else {
                     return Err(Reply::err("no such key"));
                 };
                 if args[1] == args[2] {
@@ -516,7 +703,7 @@ impl State<'_> {
                     return Ok(Reply::Int(0));
                 }
                 self.set(&args[1], None);
-                self.set(&args[2], Some(v));
+                self.set_held(&args[2], Some(v));
                 Ok(if nx { Reply::Int(1) } else { Reply::ok() })
             }
             "INCRBYFLOAT" => {
@@ -531,7 +718,7 @@ impl State<'_> {
                     return Err(Reply::err("increment would produce NaN or Infinity"));
                 }
                 let text = format!("{new}").into_bytes();
-                self.set(&args[1], Some(text.clone()));
+                self.replace(&args[1], text.clone())?;
                 Ok(Reply::Bulk(text))
             }
             "GETDEL" => {
@@ -578,7 +765,7 @@ impl State<'_> {
                 let new = current
                     .checked_add(by)
                     .ok_or_else(|| Reply::err("increment or decrement would overflow"))?;
-                self.set(&args[1], Some(new.to_string().into_bytes()));
+                self.replace(&args[1], new.to_string().into_bytes())?;
                 Ok(Reply::Int(new))
             }
             _ => Err(Reply::err(format!(
