@@ -262,6 +262,14 @@ fn get(shared: &Shared, key: &[u8]) -> Result<Option<Vec<u8>>, Reply> {
     shared.db.get(key).map_err(|e| Reply::err(e.to_string()))
 }
 
+/// GET's and MGET's lookup: `get`, counted in `keyspace_hits` or
+/// `keyspace_misses`.
+fn lookup(shared: &Shared, key: &[u8]) -> Result<Reply, Reply> {
+    let v = get(shared, key)?;
+    shared.counters.note_lookup(v.is_some());
+    Ok(v.map_or(Reply::Null, Reply::Bulk))
+}
+
 /// Runs any command but the plain writes.
 pub async fn execute(shared: &Shared, s: &mut Session, args: Vec<Vec<u8>>) -> Reply {
     let cmd = upper(&args[0]);
@@ -274,7 +282,7 @@ pub async fn execute(shared: &Shared, s: &mut Session, args: Vec<Vec<u8>>) -> Re
     let r = match cmd.as_str() {
         "PING" if n == 1 => Ok(Reply::Simple("PONG")),
         "PING" | "ECHO" => Ok(Reply::bulk(args[1].clone())),
-        "GET" => get(shared, &args[1]).map(|v| v.map_or(Reply::Null, Reply::Bulk)),
+        "GET" => lookup(shared, &args[1]),
         "STRLEN" => get(shared, &args[1]).map(|v| Reply::Int(v.map_or(0, |v| v.len() as i64))),
         "EXISTS" => args[1..]
             .iter()
@@ -283,7 +291,7 @@ pub async fn execute(shared: &Shared, s: &mut Session, args: Vec<Vec<u8>>) -> Re
             .map(Reply::Int),
         "MGET" => args[1..]
             .iter()
-            .map(|k| get(shared, k).map(|v| v.map_or(Reply::Null, Reply::Bulk)))
+            .map(|k| lookup(shared, k))
             .collect::<Result<Vec<_>, _>>()
             .map(Reply::Array),
         "DBSIZE" => shared
