@@ -313,7 +313,7 @@ pub async fn execute(shared: &Shared, s: &mut Session, args: Vec<Vec<u8>>) -> Re
         "HELLO" => hello(s, &args),
         "CLIENT" => client(s, &args),
         "COMMAND" => Ok(command(s, &args)),
-        "CONFIG" => config(&args),
+        "CONFIG" => super::config::config(shared, &args),
         "SELECT" => match parse_i64(&args[1]) {
             Some(0) => Ok(Reply::ok()),
             Some(_) => Err(Reply::err("DB index is out of range")),
@@ -605,39 +605,6 @@ fn command(s: &Session, args: &[Vec<u8>]) -> Reply {
             }
         }
         _ => Reply::Array(Vec::new()),
-    }
-}
-
-/// CONFIG GET answers the few parameters clients ask about at start
-/// (redis-benchmark asks for `save` and `appendonly`); CONFIG SET and the
-/// rest are refused: kivi is configured on its command line.
-fn config(args: &[Vec<u8>]) -> Result<Reply, Reply> {
-    const PARAMS: &[(&str, &str)] = &[
-        // Every write is durable before it is answered.
-        ("appendonly", "yes"),
-        ("appendfsync", "always"),
-        ("save", ""),
-        ("databases", "1"),
-        ("maxmemory", "0"),
-    ];
-    match upper(&args[1]).as_str() {
-        "GET" if args.len() >= 3 => {
-            let mut out = Vec::new();
-            for (k, v) in PARAMS {
-                if args[2..]
-                    .iter()
-                    .any(|p| glob::matches(&p.to_ascii_lowercase(), k.as_bytes()))
-                {
-                    out.push((Reply::bulk(*k), Reply::bulk(*v)));
-                }
-            }
-            Ok(Reply::Map(out))
-        }
-        "GET" => Err(wrong_args("config|get")),
-        "RESETSTAT" => Ok(Reply::ok()),
-        _ => Err(Reply::err(
-            "only CONFIG GET is supported; kivi is configured on its command line",
-        )),
     }
 }
 

@@ -6,6 +6,7 @@
 //! past that the connection is not read until they are answered.
 
 pub mod commands;
+pub mod config;
 pub mod glob;
 pub mod parser;
 pub mod reply;
