@@ -7,6 +7,7 @@
 //! again until no other write came between.
 
 use super::glob;
+use super::random_key;
 use super::reply::Reply;
 use super::transaction::{self, Transaction, Watched};
 use crate::Shared;
@@ -70,6 +71,7 @@ pub const COMMANDS: &[(&str, Arity)] = &[
     ("EXISTS", Arity::AtLeast(2)),
     ("MGET", Arity::AtLeast(2)),
     ("DBSIZE", Arity::Exactly(1)),
+    ("RANDOMKEY", Arity::Exactly(1)),
     ("SCAN", Arity::AtLeast(2)),
     ("KEYS", Arity::Exactly(2)),
     ("RANGE", Arity::Either(3, 5)),
@@ -298,6 +300,9 @@ pub async fn execute(shared: &Shared, s: &mut Session, args: Vec<Vec<u8>>) -> Re
             .db
             .stats()
             .map(|st| Reply::Int(st.pairs as i64))
+            .map_err(|e| Reply::err(e.to_string())),
+        "RANDOMKEY" => random_key::random_key(&shared.db.snapshot(), random_key::random_below)
+            .map(|k| k.map_or(Reply::Null, Reply::Bulk))
             .map_err(|e| Reply::err(e.to_string())),
         "SCAN" => scan(shared, &args),
         "KEYS" => keys(shared, &args[1]),
@@ -631,7 +636,7 @@ mod tests {
             "GETRANGE" | "SUBSTR" | "SETRANGE" => n == 4,
             "MSETNX" => n >= 3 && n % 2 == 1,
             "COPY" => n >= 3,
-            "DBSIZE" | "QUIT" | "MULTI" | "EXEC" | "DISCARD" | "UNWATCH" => n == 1,
+            "DBSIZE" | "RANDOMKEY" | "QUIT" | "MULTI" | "EXEC" | "DISCARD" | "UNWATCH" => n == 1,
             "RANGE" => n == 3 || n == 5,
             "INCRBY" | "DECRBY" => n == 3,
             "INFO" | "HELLO" | "COMMAND" => true,

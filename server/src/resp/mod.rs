@@ -9,6 +9,7 @@ pub mod commands;
 pub mod config;
 pub mod glob;
 pub mod parser;
+pub mod random_key;
 pub mod reply;
 pub mod transaction;
 
