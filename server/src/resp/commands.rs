@@ -357,7 +357,13 @@ pub async fn execute(shared: &Shared, s: &mut Session, args: Vec<Vec<u8>>) -> Re
     r.unwrap_or_else(|e| e)
 }
 
+/// The reply to a command kivi does not answer: a command of another data
+/// type gets its own error (`other_types`), anything else Redis's
+/// "unknown command".
 pub(crate) fn unknown(args: &[Vec<u8>]) -> Reply {
+    if let Some(refused) = super::other_types::refusal(&args[0]) {
+        return refused;
+    }
     let shown = |b: &[u8]| String::from_utf8_lossy(&b[..b.len().min(128)]).into_owned();
     let rest: Vec<String> = args[1..]
         .iter()

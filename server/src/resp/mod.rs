@@ -8,6 +8,7 @@
 pub mod commands;
 pub mod config;
 pub mod glob;
+pub mod other_types;
 pub mod parser;
 pub mod random_key;
 pub mod reply;
