@@ -38,6 +38,8 @@ pub fn run(store: &Store, a: ServeArgs<'_>) -> Result<()> {
         resp,
         kvlds,
         max_connections: a.max_connections,
+        durability: store.durability,
+        allocator: Some(crate::ALLOCATOR),
     };
     let dir = store.shown_dir();
     kivi_server::run(db, config, |bound| {

@@ -1,6 +1,7 @@
 //! INFO: kivi's stats in the layout of Redis's INFO (`# Section` headers,
 //! `field:value` lines), so tools that read Redis's INFO find their fields.
 
+use crate::counters::Counters;
 use crate::resp::commands::REDIS_VERSION;
 use crate::Shared;
 use std::fmt::Write;
@@ -18,7 +19,6 @@ pub fn render(shared: &Shared, sections: &[Vec<u8>]) -> String {
             .iter()
             .any(|s| matches!(s.as_str(), "all" | "everything" | "default"));
     let want = |s: &str| all || wanted.iter().any(|w| w == s);
-    let stats = shared.db.stats();
     let mut out = String::new();
     let mut section = |name: &str, lines: Vec<(&str, String)>| {
         if !want(&name.to_ascii_lowercase()) {
@@ -33,6 +33,7 @@ pub fn render(shared: &Shared, sections: &[Vec<u8>]) -> String {
         }
     };
     let uptime = shared.started.elapsed().as_secs();
+    let c = &shared.counters;
     section(
         "Server",
         vec![
@@ -49,49 +50,89 @@ pub fn render(shared: &Shared, sections: &[Vec<u8>]) -> String {
     );
     section(
         "Clients",
-        vec![(
-            "connected_clients",
-            shared.connections.load(Ordering::Relaxed).to_string(),
-        )],
-    );
-    let Ok(st) = stats else {
-        section(
-            "Errorstats",
-            vec![("kivi_stats_error", format!("{:?}", stats.err()))],
-        );
-        return out;
-    };
-    section(
-        "Memory",
         vec![
+            // Open connections over both listeners (RESP and kvlds).
             (
-                "used_memory",
-                (st.cache_bytes + st.resident_bytes).to_string(),
+                "connected_clients",
+                shared.connections.load(Ordering::Relaxed).to_string(),
             ),
+            ("maxclients", shared.max_connections.to_string()),
+            // No blocking commands: nobody waits on a key.
+            ("blocked_clients", "0".into()),
+        ],
+    );
+    let stats = shared.db.stats();
+    let st = stats.as_ref().ok();
+    let rss = resident_bytes();
+    // The allocator's figure when the binary gave a way to ask for it,
+    // else the resident set (the process's memory as the OS counts it).
+    let (used, allocator) = match shared.allocator {
+        Some(a) => (Some((a.used_bytes)()), a.name),
+        None => (rss, "unknown (used_memory is the RSS)"),
+    };
+    let used = used.unwrap_or(0);
+    let mut memory = vec![
+        ("used_memory", used.to_string()),
+        ("used_memory_human", human_bytes(used)),
+        ("used_memory_rss", rss.unwrap_or(0).to_string()),
+        ("used_memory_rss_human", human_bytes(rss.unwrap_or(0))),
+        (
+            "mem_fragmentation_ratio",
+            match rss {
+                Some(r) if used > 0 => format!("{:.2}", r as f64 / used as f64),
+                _ => "-".into(),
+            },
+        ),
+        ("mem_allocator", allocator.into()),
+        // No memory limit on the data, which lives on disk; nothing is
+        // evicted (the page cache has its own bound, kivi_cache_capacity).
+        ("maxmemory", "0".into()),
+        ("maxmemory_human", human_bytes(0)),
+        ("maxmemory_policy", "noeviction".into()),
+    ];
+    if let Some(st) = st {
+        memory.extend([
             ("kivi_cache_bytes", st.cache_bytes.to_string()),
             ("kivi_cache_capacity", st.cache_capacity.to_string()),
             ("kivi_resident_bytes", st.resident_bytes.to_string()),
             ("kivi_dirty_bytes", st.dirty_bytes.to_string()),
-        ],
-    );
-    section(
-        "Persistence",
-        vec![
-            ("loading", "0".into()),
-            ("aof_enabled", "1".into()),
+        ]);
+    }
+    section("Memory", memory);
+    let mut persistence = vec![
+        ("loading", "0".into()),
+        // Every write is in the commit log before it is answered.
+        ("aof_enabled", "1".into()),
+    ];
+    if let Some(st) = st {
+        persistence.extend([
             ("kivi_checkpoints", st.checkpoints.to_string()),
             ("kivi_failed_checkpoints", st.failed_checkpoints.to_string()),
             ("kivi_write_stalls", st.write_stalls.to_string()),
             ("kivi_write_stall_us", st.write_stall_us.to_string()),
             ("kivi_redo_bytes", st.redo_bytes.to_string()),
             ("kivi_replayed_at_open", st.replayed_at_open.to_string()),
-        ],
-    );
-    let hits = st.cache_hits;
-    let lookups = hits + st.cache_misses;
-    section(
-        "Stats",
-        vec![
+        ]);
+    }
+    section("Persistence", persistence);
+    let count = |a: &std::sync::atomic::AtomicU64| Counters::get(a).to_string();
+    let mut server_stats = vec![
+        ("total_connections_received", count(&c.connections_received)),
+        ("total_commands_processed", count(&c.commands_processed)),
+        (
+            "instantaneous_ops_per_sec",
+            shared.ops.lock().per_second().to_string(),
+        ),
+        ("rejected_connections", count(&c.rejected_connections)),
+        ("expired_keys", count(&c.expired_keys)),
+        ("evicted_keys", "0".into()),
+        ("keyspace_hits", count(&c.keyspace_hits)),
+        ("keyspace_misses", count(&c.keyspace_misses)),
+    ];
+    if let Some(st) = st {
+        let hits = st.cache_hits;
+        let lookups = hits + st.cache_misses;
+        server_stats.extend([
             ("kivi_group_commits", st.group_commits.to_string()),
             ("kivi_batches", st.batches.to_string()),
             ("kivi_failed_commits", st.failed_commits.to_string()),
@@ -106,11 +147,24 @@ pub fn render(shared: &Shared, sections: &[Vec<u8>]) -> String {
                 },
             ),
             ("kivi_page_reads", st.page_reads.to_string()),
+        ]);
+    }
+    section("Stats", server_stats);
+    section(
+        "Replication",
+        vec![("role", "master".into()), ("connected_slaves", "0".into())],
+    );
+    let (user, system) = cpu_seconds();
+    section(
+        "CPU",
+        vec![
+            ("used_cpu_sys", format!("{system:.6}")),
+            ("used_cpu_user", format!("{user:.6}")),
         ],
     );
-    section(
-        "Kivi",
-        vec![
+    section("Cluster", vec![("cluster_enabled", "0".into())]);
+    let kivi = match &stats {
+        Ok(st) => vec![
             ("pairs", st.pairs.to_string()),
             ("live_bytes", st.live_bytes.to_string()),
             ("file_bytes", st.file_bytes.to_string()),
@@ -135,10 +189,78 @@ pub fn render(shared: &Shared, sections: &[Vec<u8>]) -> String {
                     .replace(['\r', '\n'], " "),
             ),
         ],
-    );
+        Err(e) => vec![("stats_error", e.to_string().replace(['\r', '\n'], " "))],
+    };
+    section("Kivi", kivi);
+    // The engine's pair count. `expires` and `avg_ttl` are 0 because no key
+    // has a time to live: kivi has no expiry; when it does, they come from
+    // the count of keys holding one.
     section(
         "Keyspace",
-        vec![("db0", format!("keys={},expires=0,avg_ttl=0", st.pairs))],
+        st.map(|st| ("db0", format!("keys={},expires=0,avg_ttl=0", st.pairs)))
+            .into_iter()
+            .collect(),
     );
     out
+}
+
+/// Redis's `*_human` form: bytes in B, K, M, G or T (powers of 1024).
+fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 4] = ["K", "M", "G", "T"];
+    if n < 1024 {
+        return format!("{n}B");
+    }
+    let mut v = n as f64 / 1024.0;
+    let mut unit = 0;
+    while v >= 1024.0 && unit < UNITS.len() - 1 {
+        v /= 1024.0;
+        unit += 1;
+    }
+    format!("{v:.2}{}", UNITS[unit])
+}
+
+/// The process's resident set in bytes, from the OS: /proc/self/statm's
+/// second field (resident pages) times the page size. `None` where there
+/// is no /proc.
+fn resident_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    // SAFETY: sysconf reads a system constant; it touches no memory of ours.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    Some(pages * u64::try_from(page).ok()?)
+}
+
+/// CPU time the process has used so far: (user, system) seconds.
+fn cpu_seconds() -> (f64, f64) {
+    // SAFETY: rusage is plain integers, for which all zeros is valid.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage fills the one struct we pass, which lives on this
+    // frame for the whole call.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        return (0.0, 0.0);
+    }
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    (secs(ru.ru_utime), secs(ru.ru_stime))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn human_bytes_reads_as_redis_writes_it() {
+        assert_eq!(human_bytes(0), "0B");
+        assert_eq!(human_bytes(1023), "1023B");
+        assert_eq!(human_bytes(1024), "1.00K");
+        assert_eq!(human_bytes(3 << 20), "3.00M");
+        assert_eq!(human_bytes(5 << 30), "5.00G");
+        assert_eq!(human_bytes(2048 << 30), "2.00T");
+    }
+
+    #[test]
+    fn the_resident_set_is_the_processes() {
+        let rss = resident_bytes().expect("Linux has /proc/self/statm");
+        // A test process holds at least a page, and less than a terabyte.
+        assert!((4096..1 << 40).contains(&rss), "{rss}");
+    }
 }

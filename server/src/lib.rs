@@ -12,6 +12,7 @@
 //! on a worker.
 
 pub mod committer;
+pub mod counters;
 pub mod cursors;
 pub mod info;
 pub mod kvlds;
@@ -19,8 +20,9 @@ pub mod listen;
 pub mod resp;
 
 use committer::Committer;
+use counters::{Counters, OpsSampler};
 use cursors::Cursors;
-use kivi::Db;
+use kivi::{Db, Durability};
 use listen::{Addr, Listener};
 use parking_lot::Mutex;
 use std::io;
@@ -41,6 +43,12 @@ pub struct Config {
     pub resp: Option<Addr>,
     pub kvlds: Option<Addr>,
     pub max_connections: usize,
+    /// The durability the store was opened with. The `Db` does not tell
+    /// it, and CONFIG GET appendfsync must answer what the server does.
+    pub durability: Durability,
+    /// The process's global allocator, for INFO's `used_memory`; `None`
+    /// when the caller does not know it (INFO then reports the RSS).
+    pub allocator: Option<Allocator>,
 }
 
 impl Default for Config {
@@ -49,8 +57,22 @@ impl Default for Config {
             resp: Some(Addr::Tcp("127.0.0.1:6380".into())),
             kvlds: None,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            durability: Durability::default(),
+            allocator: None,
         }
     }
+}
+
+/// The global allocator, as INFO reports it. The binary chooses the
+/// allocator (`#[global_allocator]`), so it is the binary that says how to
+/// ask it; the library only calls.
+#[derive(Debug, Clone, Copy)]
+pub struct Allocator {
+    /// `mem_allocator` in INFO.
+    pub name: &'static str,
+    /// The bytes the allocator holds for the heap now (see the binary's
+    /// function for which figure that is).
+    pub used_bytes: fn() -> u64,
 }
 
 /// What every connection shares.
@@ -65,6 +87,17 @@ pub struct Shared {
     pub started: Instant,
     /// The RESP listener's TCP port (0 if none), for INFO.
     pub resp_port: u16,
+    /// The address the RESP listener is bound to (`host:port` or a socket
+    /// path), for CONFIG GET bind / port / unixsocket.
+    pub resp_addr: Option<String>,
+    pub max_connections: usize,
+    pub durability: Durability,
+    pub allocator: Option<Allocator>,
+    /// INFO's Stats counters.
+    pub counters: Counters,
+    /// The recent command rates (`instantaneous_ops_per_sec`), filled by
+    /// one sampling task; a command never takes this lock.
+    pub ops: Mutex<OpsSampler>,
 }
 
 impl Shared {
@@ -141,6 +174,10 @@ async fn serve(
         .and_then(|(_, a)| a.rsplit_once(':'))
         .and_then(|(_, port)| port.parse().ok())
         .unwrap_or(0);
+    let resp_addr = bound
+        .iter()
+        .find(|(p, _)| *p == "resp")
+        .map(|(_, a)| a.clone());
     let (stop_tx, stop_rx) = watch::channel(false);
     let shared = Arc::new(Shared {
         db,
@@ -151,8 +188,20 @@ async fn serve(
         connections: AtomicUsize::new(0),
         started: Instant::now(),
         resp_port,
+        resp_addr,
+        max_connections: config.max_connections,
+        durability: config.durability,
+        allocator: config.allocator,
+        counters: Counters::default(),
+        ops: Mutex::new(OpsSampler::default()),
     });
     ready(&bound);
+    let sampler = {
+        let (shared, stop) = (shared.clone(), shared.stop.clone());
+        tokio::spawn(async move {
+            counters::sample_ops(&shared.counters, &shared.ops, stop).await;
+        })
+    };
     let slots = Arc::new(Semaphore::new(config.max_connections));
     let mut accept_loops = JoinSet::new();
     for (l, proto) in listeners {
@@ -162,6 +211,7 @@ async fn serve(
     eprintln!("kivi serve: stopping: no new connections; answering what was read");
     let _ = stop_tx.send(true);
     while accept_loops.join_next().await.is_some() {}
+    let _ = sampler.await;
     drop(shared);
     Ok(())
 }
@@ -199,6 +249,7 @@ async fn accept_loop(l: Listener, proto: Protocol, shared: Arc<Shared>, slots: A
             }
         };
         let Ok(slot) = slots.clone().try_acquire_owned() else {
+            Counters::add(&shared.counters.rejected_connections, 1);
             eprintln!("kivi serve: refused a connection from {peer}: at the connection limit");
             if proto == Protocol::Resp {
                 use tokio::io::AsyncWriteExt;
@@ -208,6 +259,7 @@ async fn accept_loop(l: Listener, proto: Protocol, shared: Arc<Shared>, slots: A
             }
             continue;
         };
+        Counters::add(&shared.counters.connections_received, 1);
         let shared = shared.clone();
         conns.spawn(async move {
             shared.connections.fetch_add(1, Ordering::Relaxed);

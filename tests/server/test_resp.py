@@ -16,9 +16,11 @@ KIVI = os.environ.get("KIVI_BIN", "target/release/kivi")
 
 
 class Server:
-    def __init__(self, store, resp="127.0.0.1:0"):
+    def __init__(self, store, resp="127.0.0.1:0", flags=()):
+        """`flags`: more arguments for `kivi serve` (its own or the global
+        ones, such as --no-fsync)."""
         self.proc = subprocess.Popen(
-            [KIVI, "-d", store, "serve", "--resp", resp],
+            [KIVI, "-d", store, "serve", "--resp", resp, *flags],
             stdout=subprocess.PIPE,
             text=True,
         )

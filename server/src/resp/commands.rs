@@ -7,6 +7,7 @@
 //! again until no other write came between.
 
 use super::glob;
+use super::random_key;
 use super::reply::Reply;
 use super::scripts;
 use super::transaction::{self, Transaction, Watched};
@@ -73,6 +74,7 @@ pub const COMMANDS: &[(&str, Arity)] = &[
     ("EXISTS", Arity::AtLeast(2)),
     ("MGET", Arity::AtLeast(2)),
     ("DBSIZE", Arity::Exactly(1)),
+    ("RANDOMKEY", Arity::Exactly(1)),
     ("SCAN", Arity::AtLeast(2)),
     ("KEYS", Arity::Exactly(2)),
     ("RANGE", Arity::Either(3, 5)),
@@ -439,6 +441,14 @@ fn get(shared: &Shared, key: &[u8]) -> Result<Option<Vec<u8>>, Reply> {
     shared.db.get(key).map_err(|e| Reply::err(e.to_string()))
 }
 
+/// GET's and MGET's lookup: `get`, counted in `keyspace_hits` or
+/// `keyspace_misses`.
+fn lookup(shared: &Shared, key: &[u8]) -> Result<Reply, Reply> {
+    let v = get(shared, key)?;
+    shared.counters.note_lookup(v.is_some());
+    Ok(v.map_or(Reply::Null, Reply::Bulk))
+}
+
 /// Runs any command but the plain writes.
 pub async fn execute(shared: &Shared, s: &mut Session, args: Vec<Vec<u8>>) -> Reply {
     let cmd = upper(&args[0]);
@@ -451,7 +461,7 @@ pub async fn execute(shared: &Shared, s: &mut Session, args: Vec<Vec<u8>>) -> Re
     let r = match cmd.as_str() {
         "PING" if n == 1 => Ok(Reply::Simple("PONG")),
         "PING" | "ECHO" => Ok(Reply::bulk(args[1].clone())),
-        "GET" => get(shared, &args[1]).map(|v| v.map_or(Reply::Null, Reply::Bulk)),
+        "GET" => lookup(shared, &args[1]),
         "STRLEN" => get(shared, &args[1]).map(|v| Reply::Int(v.map_or(0, |v| v.len() as i64))),
         "EXISTS" => args[1..]
             .iter()
@@ -460,13 +470,16 @@ pub async fn execute(shared: &Shared, s: &mut Session, args: Vec<Vec<u8>>) -> Re
             .map(Reply::Int),
         "MGET" => args[1..]
             .iter()
-            .map(|k| get(shared, k).map(|v| v.map_or(Reply::Null, Reply::Bulk)))
+            .map(|k| lookup(shared, k))
             .collect::<Result<Vec<_>, _>>()
             .map(Reply::Array),
         "DBSIZE" => shared
             .db
             .stats()
             .map(|st| Reply::Int(st.pairs as i64))
+            .map_err(|e| Reply::err(e.to_string())),
+        "RANDOMKEY" => random_key::random_key(&shared.db.snapshot(), random_key::random_below)
+            .map(|k| k.map_or(Reply::Null, Reply::Bulk))
             .map_err(|e| Reply::err(e.to_string())),
         "SCAN" => scan(shared, &args),
         "KEYS" => keys(shared, &args[1]),
@@ -488,7 +501,7 @@ pub async fn execute(shared: &Shared, s: &mut Session, args: Vec<Vec<u8>>) -> Re
         "HELLO" => hello(s, &args),
         "CLIENT" => client(s, &args),
         "COMMAND" => Ok(command(s, &args)),
-        "CONFIG" => config(&args),
+        "CONFIG" => super::config::config(shared, &args),
         "SELECT" => match parse_i64(&args[1]) {
             Some(0) => Ok(Reply::ok()),
             Some(_) => Err(Reply::err("DB index is out of range")),
@@ -527,7 +540,13 @@ pub async fn execute(shared: &Shared, s: &mut Session, args: Vec<Vec<u8>>) -> Re
     r.unwrap_or_else(|e| e)
 }
 
+/// The reply to a command kivi does not answer: a command of another data
+/// type gets its own error (`other_types`), anything else Redis's
+/// "unknown command".
 pub(crate) fn unknown(args: &[Vec<u8>]) -> Reply {
+    if let Some(refused) = super::other_types::refusal(&args[0]) {
+        return refused;
+    }
     let shown = |b: &[u8]| String::from_utf8_lossy(&b[..b.len().min(128)]).into_owned();
     let rest: Vec<String> = args[1..]
         .iter()
@@ -783,39 +802,6 @@ fn command(s: &Session, args: &[Vec<u8>]) -> Reply {
     }
 }
 
-/// CONFIG GET answers the few parameters clients ask about at start
-/// (redis-benchmark asks for `save` and `appendonly`); CONFIG SET and the
-/// rest are refused: kivi is configured on its command line.
-fn config(args: &[Vec<u8>]) -> Result<Reply, Reply> {
-    const PARAMS: &[(&str, &str)] = &[
-        // Every write is durable before it is answered.
-        ("appendonly", "yes"),
-        ("appendfsync", "always"),
-        ("save", ""),
-        ("databases", "1"),
-        ("maxmemory", "0"),
-    ];
-    match upper(&args[1]).as_str() {
-        "GET" if args.len() >= 3 => {
-            let mut out = Vec::new();
-            for (k, v) in PARAMS {
-                if args[2..]
-                    .iter()
-                    .any(|p| glob::matches(&p.to_ascii_lowercase(), k.as_bytes()))
-                {
-                    out.push((Reply::bulk(*k), Reply::bulk(*v)));
-                }
-            }
-            Ok(Reply::Map(out))
-        }
-        "GET" => Err(wrong_args("config|get")),
-        "RESETSTAT" => Ok(Reply::ok()),
-        _ => Err(Reply::err(
-            "only CONFIG GET is supported; kivi is configured on its command line",
-        )),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -842,7 +828,7 @@ mod tests {
             "GETRANGE" | "SUBSTR" | "SETRANGE" => n == 4,
             "MSETNX" => n >= 3 && n % 2 == 1,
             "COPY" => n >= 3,
-            "DBSIZE" | "QUIT" | "MULTI" | "EXEC" | "DISCARD" | "UNWATCH" => n == 1,
+            "DBSIZE" | "RANDOMKEY" | "QUIT" | "MULTI" | "EXEC" | "DISCARD" | "UNWATCH" => n == 1,
             "RANGE" => n == 3 || n == 5,
             "INCRBY" | "DECRBY" => n == 3,
             "INFO" | "HELLO" | "COMMAND" => true,

@@ -6,13 +6,17 @@
 //! past that the connection is not read until they are answered.
 
 pub mod commands;
+pub mod config;
 pub mod glob;
+pub mod other_types;
 pub mod parser;
+pub mod random_key;
 pub mod reply;
 pub mod scripts;
 pub mod transaction;
 
 use crate::committer::Done;
+use crate::counters::Counters;
 use crate::listen::Stream;
 use crate::Shared;
 use commands::{Answer, Session};
@@ -108,6 +112,7 @@ async fn answer_gets(
     let mut answered = 0;
     while answered < keys.len() {
         let looked_up = shared.db.get_each(&keys[answered..], |_, value| {
+            shared.counters.note_lookup(value.is_some());
             match value {
                 Some(v) => reply::write_bulk(out, v),
                 None => reply::write_null(out, resp3),
@@ -178,6 +183,10 @@ pub async fn serve(mut stream: Box<dyn Stream>, peer: String, shared: Arc<Shared
     let mut writes: Vec<(kivi::WriteBatch, Done)> = Vec::new();
     let mut group: Option<(kivi::WriteBatch, usize)> = None;
     let mut gets: Vec<Vec<u8>> = Vec::new();
+    // Commands read and not yet added to `total_commands_processed`: added
+    // once per read rather than once per command, so pipelined commands
+    // do not all touch the one shared counter.
+    let mut uncounted: u64 = 0;
     loop {
         let mut used = 0;
         let mut need = None;
@@ -198,6 +207,7 @@ pub async fn serve(mut stream: Box<dyn Stream>, peer: String, shared: Arc<Shared
             if parsed.args.is_empty() {
                 continue;
             }
+            uncounted += 1;
             // Inside MULTI every command but the transaction's own is
             // queued, not run (MULTI answered everything before it, so
             // nothing else is pending but replies).
@@ -260,6 +270,11 @@ pub async fn serve(mut stream: Box<dyn Stream>, peer: String, shared: Arc<Shared
                 None => {
                     queue(&shared, &mut group, &mut writes, &mut slots).await;
                     settle(&mut slots, &mut out, session.resp3).await;
+                    // The commands before this one are counted before it
+                    // runs (an INFO sees them); this one after, as Redis
+                    // counts a command once it has run.
+                    Counters::add(&shared.counters.commands_processed, uncounted - 1);
+                    uncounted = 1;
                     let reply = commands::execute(&shared, &mut session, parsed.args).await;
                     reply.write(&mut out, session.resp3);
                     if session.quit {
@@ -277,6 +292,8 @@ pub async fn serve(mut stream: Box<dyn Stream>, peer: String, shared: Arc<Shared
             }
         }
         buf.drain(..used);
+        Counters::add(&shared.counters.commands_processed, uncounted);
+        uncounted = 0;
         if !answer_gets(&shared, &mut stream, &mut gets, &mut out, session.resp3).await {
             return;
         }

@@ -207,9 +207,30 @@ pub async fn exec(shared: &Shared, tx: Transaction, watched: Vec<Watched>) -> Re
             "Transaction discarded because of previous errors.",
         );
     }
-    run(shared, &tx.queued, &watched)
-        .await
-        .map_or_else(|e| e, Reply::Array)
+    match run(shared, &tx.queued, &watched).await {
+        Ok(replies) => {
+            count_lookups(shared, &tx.queued, &replies);
+            Reply::Array(replies)
+        }
+        Err(e) => e,
+    }
+}
+
+/// The keyspace hits and misses of the GETs and MGETs of a transaction
+/// that ran, from their replies (counted once, whatever the retries).
+fn count_lookups(shared: &Shared, queued: &[Vec<Vec<u8>>], replies: &[Reply]) {
+    let mut note = |r: &Reply| match r {
+        Reply::Bulk(_) => shared.counters.note_lookup(true),
+        Reply::Null => shared.counters.note_lookup(false),
+        _ => {}
+    };
+    for (args, reply) in queued.iter().zip(replies) {
+        if args[0].eq_ignore_ascii_case(b"GET") {
+            note(reply);
+        } else if let (true, Reply::Array(items)) = (args[0].eq_ignore_ascii_case(b"MGET"), reply) {
+            items.iter().for_each(&mut note);
+        }
+    }
 }
 
 /// A command that reads and then writes (INCR, DEL's count, SET ... GET,
