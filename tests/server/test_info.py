@@ -274,7 +274,7 @@ def test_other_data_types_get_one_clear_error(server):  # noqa: F811
         (lambda: r.zadd("z", {"x": 1}), "sorted sets"),
         (lambda: r.xadd("x", {"f": "v"}), "streams"),
         (lambda: r.publish("c", "m"), "pub/sub"),
-        (lambda: r.eval("return 1", 0), "scripting"),
+        (lambda: r.fcall("f", 0), "scripting"),
         (lambda: r.pfadd("p", "x"), "hyperloglog"),
         (lambda: r.geoadd("g", (0, 0, "x")), "geo"),
         (lambda: r.setbit("b", 1, 1), "bitmaps"),
@@ -282,6 +282,9 @@ def test_other_data_types_get_one_clear_error(server):  # noqa: F811
         with pytest.raises(redis.ResponseError, match=f"strings only; .*\\({kind}\\)"):
             call()
     assert r.dbsize() == 0
+    # Scripts other than redis-py's lock scripts are refused (scripts.rs).
+    with pytest.raises(redis.ResponseError, match="runs no Lua scripts"):
+        r.eval("return 1", 0)
     # Inside MULTI the same error, and the transaction is discarded.
     p = r.pipeline(transaction=True)
     p.set("a", "1").hset("h", "f", "v")
