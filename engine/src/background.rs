@@ -1,6 +1,6 @@
 //! The background thread: takes checkpoints when they are due, merges the
-//! write buffer when writes pause, deletes retired page segments, and takes
-//! a last checkpoint at close.
+//! write buffer when writes pause, reclaims expired keys (reclaim.rs),
+//! deletes retired page segments, and takes a last checkpoint at close.
 //!
 //! A checkpoint is due when the commit log has grown by
 //! `Options::checkpoint_bytes` since the last, when the store has been idle a
@@ -11,6 +11,7 @@ use crate::backpressure::{log_over_target, Backpressure, EARLY_CHECKPOINT_MIN_BY
 use crate::checkpointer::{space_now, CheckpointKind, Checkpointer};
 use crate::commit::CommitPath;
 use crate::error::{Error, Result};
+use crate::reclaim::{self, ReclaimCursor};
 use crate::store::Store;
 use parking_lot::Mutex;
 use std::thread::JoinHandle;
@@ -62,12 +63,20 @@ pub(crate) fn run(
     checkpointer: &Checkpointer,
     bp: &Backpressure,
 ) -> Result<()> {
+    let mut reclaim_cursor = ReclaimCursor::default();
+    let mut reclaim_more = false;
     loop {
         // Soon after writes pause, the write buffer is merged so that
-        // reads no longer look through it.
-        let stop = bp.wait_for_work(|| match store.current().buffer.is_empty() {
-            true => TICK,
-            false => Duration::from_millis(BUFFER_IDLE_MS),
+        // reads no longer look through it; expired keys are reclaimed
+        // without a pause while there are many.
+        let stop = bp.wait_for_work(|| {
+            if reclaim_more {
+                return Duration::ZERO;
+            }
+            match store.current().buffer.is_empty() {
+                true => TICK,
+                false => Duration::from_millis(BUFFER_IDLE_MS),
+            }
         });
         if stop {
             break;
@@ -87,6 +96,13 @@ pub(crate) fn run(
         if quiet_ms >= BUFFER_IDLE_MS {
             commit.merge_idle_buffer(store);
         }
+        reclaim_more = match reclaim::round(store, commit, bp, &mut reclaim_cursor) {
+            Ok(more) => more,
+            Err(e) => {
+                store.note_error(format!("reclaiming expired keys: {e}"));
+                false
+            }
+        };
         let opts = store.opts();
         let due = replayable >= opts.checkpoint_bytes
             || store.write_buffer_full()

@@ -45,6 +45,13 @@ pub(crate) enum BatchOp {
         expected: Vec<u8>,
         expected_deadline: Option<Millis>,
     },
+    /// Delete if the key still holds a value with this deadline, and it has
+    /// passed; otherwise do nothing (never a failed condition). The
+    /// background's reclaiming of expired keys (reclaim.rs).
+    Reclaim {
+        key: Vec<u8>,
+        deadline: Millis,
+    },
 }
 
 impl BatchOp {
@@ -55,7 +62,8 @@ impl BatchOp {
             | BatchOp::InsertIfAbsent { key, .. }
             | BatchOp::UpdateIfPresent { key, .. }
             | BatchOp::CompareAndSwap { key, .. }
-            | BatchOp::CompareAndDelete { key, .. } => key,
+            | BatchOp::CompareAndDelete { key, .. }
+            | BatchOp::Reclaim { key, .. } => key,
         }
     }
 
@@ -165,6 +173,15 @@ impl WriteBatch {
             },
             n,
         )?;
+        Ok(self)
+    }
+
+    /// Deletes `key` if it still holds a value with `deadline` and that has
+    /// passed (see `BatchOp::Reclaim`).
+    pub(crate) fn reclaim(&mut self, key: Vec<u8>, deadline: Millis) -> Result<&mut Self> {
+        check_key(&key)?;
+        let n = key.len();
+        self.push(BatchOp::Reclaim { key, deadline }, n)?;
         Ok(self)
     }
 

@@ -90,6 +90,8 @@ struct GroupCheckpoint<'g> {
 /// What deciding a group yields (see `decide_group`).
 struct Decided<'g> {
     replies: Replies,
+    /// Expired keys the group deletes (`BatchOp::Reclaim`).
+    reclaimed: u64,
     /// One per key, the last one written, in key order.
     ops: Vec<Op<'g>>,
     checkpoints: Vec<GroupCheckpoint<'g>>,
@@ -224,6 +226,7 @@ impl CommitPath {
         };
         let Decided {
             mut replies,
+            reclaimed,
             ops,
             checkpoints,
         } = decide_group(store, group, &base);
@@ -267,6 +270,7 @@ impl CommitPath {
         if committing {
             w.seq = seq;
             store.counters().set_last_commit_ms(store.now_ms());
+            store.counters().keys_reclaimed(reclaimed);
         }
         let mut next = next_version(
             store,
@@ -321,6 +325,7 @@ fn decide_group<'g>(store: &Store, group: &'g [Arc<Ticket>], base: &Version) -> 
     let mut replies: Replies = Vec::with_capacity(group.len());
     let mut ops: Vec<Op<'g>> = Vec::new();
     let mut checkpoints = Vec::new();
+    let mut reclaimed = 0;
     let conditional = group
         .iter()
         .any(|t| matches!(&t.request, Request::Write(b) if b.conditional));
@@ -348,7 +353,11 @@ fn decide_group<'g>(store: &Store, group: &'g [Arc<Ticket>], base: &Version) -> 
                 replies.push(Some(Ok(Reply::Write(WriteOutcome::Applied))));
             }
             Request::Write(batch) => {
-                let outcome = decide(store, batch, base, now, &mut overlay, &mut ops);
+                let outcome =
+                    decide(store, batch, base, now, &mut overlay, &mut ops).map(|(outcome, n)| {
+                        reclaimed += n;
+                        outcome
+                    });
                 replies.push(Some(outcome.map(Reply::Write)));
             }
             Request::Checkpoint {
@@ -369,6 +378,7 @@ fn decide_group<'g>(store: &Store, group: &'g [Arc<Ticket>], base: &Version) -> 
     }
     Decided {
         replies,
+        reclaimed,
         ops: one_op_per_key(ops),
         checkpoints,
     }
@@ -602,8 +612,8 @@ fn dense(store: &Store, v: &Version, ops: &[Op<'_>]) -> bool {
 
 /// Decides a batch with conditions against the tree plus the effects of
 /// earlier batches of the group (`overlay`); appends its effects to `ops`
-/// if every condition holds. A value whose deadline is before `now` is
-/// absent to every condition.
+/// if every condition holds, with the number of expired keys it deletes. A
+/// value whose deadline is before `now` is absent to every condition.
 fn decide<'a>(
     store: &Store,
     batch: &'a WriteBatch,
@@ -611,20 +621,30 @@ fn decide<'a>(
     now: Millis,
     overlay: &mut HashMap<&'a [u8], Option<Stored<'a>>>,
     ops: &mut Vec<Op<'a>>,
-) -> Result<WriteOutcome> {
+) -> Result<(WriteOutcome, u64)> {
     let mut local: HashMap<&'a [u8], Option<Stored<'a>>> = HashMap::new();
     let mut effects = Vec::with_capacity(batch.ops.len());
     let mut buf = Vec::new();
+    let mut reclaimed = 0;
     for (i, op) in batch.ops.iter().enumerate() {
         let key = op.key();
         // The value this op sees: this batch's, then the group's, then the tree's.
-        let current: Option<Stored<'_>> = match local.get(key).or_else(|| overlay.get(key)) {
+        let stored: Option<Stored<'_>> = match local.get(key).or_else(|| overlay.get(key)) {
             Some(v) => *v,
             None => store
                 .read(base, key, &mut buf)?
                 .map(|deadline| (buf.as_slice(), deadline)),
         };
-        let current = current.filter(|&(_, d)| is_live(d, now));
+        if let BatchOp::Reclaim { deadline, .. } = op {
+            // Still the expired value the reclaimer found: delete it.
+            if stored.is_some_and(|(_, d)| d == *deadline && !is_live(d, now)) {
+                local.insert(key, None);
+                effects.push((key, None));
+                reclaimed += 1;
+            }
+            continue;
+        }
+        let current = stored.filter(|&(_, d)| is_live(d, now));
         let matches = |expected: &[u8], expected_deadline: &Option<Millis>| {
             current.is_some_and(|(v, d)| {
                 v == expected && expected_deadline.is_none_or(|want| want == d)
@@ -653,20 +673,21 @@ fn decide<'a>(
                 expected_deadline,
                 ..
             } => matches(expected, expected_deadline).then_some(None),
+            BatchOp::Reclaim { .. } => unreachable!("decided above"),
         };
         match effect {
             Some(e) => {
                 local.insert(key, e);
                 effects.push((key, e));
             }
-            None => return Ok(WriteOutcome::ConditionFailed { op: i }),
+            None => return Ok((WriteOutcome::ConditionFailed { op: i }, 0)),
         }
     }
     for (k, v) in effects {
         overlay.insert(k, v);
         ops.push((k, v));
     }
-    Ok(WriteOutcome::Applied)
+    Ok((WriteOutcome::Applied, reclaimed))
 }
 
 /// One operation per key, the last one written, in key order. Left as it

@@ -38,6 +38,8 @@ pub(crate) struct Counters {
     write_stall_us: AtomicU64,
     /// Write buffers merged into the tree.
     buffer_merges: AtomicU64,
+    /// Expired keys whose entries the background deleted.
+    expired_reclaimed: AtomicU64,
 }
 
 /// The counters' values at one moment (for `stats()`).
@@ -58,6 +60,7 @@ pub(crate) struct CounterValues {
     pub write_stalls: u64,
     pub write_stall_us: u64,
     pub buffer_merges: u64,
+    pub expired_reclaimed: u64,
 }
 
 /// What a durable checkpoint adds to the counters.
@@ -90,6 +93,10 @@ impl Counters {
     pub fn group_committed(&self, batches: u64) {
         self.group_commits.fetch_add(1, Relaxed);
         self.batches.fetch_add(batches, Relaxed);
+    }
+
+    pub fn keys_reclaimed(&self, n: u64) {
+        self.expired_reclaimed.fetch_add(n, Relaxed);
     }
 
     pub fn commit_failed(&self) {
@@ -183,6 +190,7 @@ impl Counters {
             write_stalls: self.write_stalls.load(Relaxed),
             write_stall_us: self.write_stall_us.load(Relaxed),
             buffer_merges: self.buffer_merges.load(Relaxed),
+            expired_reclaimed: self.expired_reclaimed.load(Relaxed),
         }
     }
 }

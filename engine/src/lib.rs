@@ -36,6 +36,7 @@ mod options;
 mod pacing;
 mod page_log;
 mod pipeline;
+mod reclaim;
 mod recovery;
 mod segment_chain;
 mod stats;

@@ -8,8 +8,10 @@ use kivi_log::{read_header, SegmentKind};
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct Stats {
-    /// Key-value pairs stored.
+    /// Key-value pairs stored, expired ones left out.
     pub pairs: u64,
+    /// Expired keys whose entries the background deleted since open.
+    pub expired_reclaimed: u64,
     /// Sequence number of the last commit.
     pub seq: u64,
     /// Levels of the tree (0 when empty).
@@ -111,6 +113,7 @@ impl Db {
             buffered_keys: v.buffer.keys() as u64,
             buffered_bytes: v.buffer.bytes(),
             buffer_merges: c.buffer_merges,
+            expired_reclaimed: c.expired_reclaimed,
             tree_height: v.root.as_ref().map_or(0, |r| u32::from(r.level()) + 1),
             checkpoint_tree_bytes: c.checkpointed_tree_bytes,
             redo_bytes: v.visible_log_bytes.saturating_sub(c.checkpointed_log_bytes),

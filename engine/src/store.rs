@@ -15,6 +15,7 @@ use crate::options::Options;
 use crate::version::{Reclaimer, TreePairs, Version};
 use crate::write_buffer::{Lookup, SpareArrays};
 use arc_swap::{ArcSwap, Guard};
+use kivi_log::OpRef;
 use kivi_storage::Storage;
 use kivi_tree::{apply, get_into, Pager, TreeConfig};
 use parking_lot::Mutex;
@@ -191,10 +192,44 @@ impl Store {
         Ok(found.filter(|&d| is_live(d, self.clock_now())))
     }
 
-    /// Pairs in version `v`: the tree's, changed by what the buffer holds.
+    /// Pairs in version `v` as a reader sees them now: the tree's, changed
+    /// by what the buffer holds, less those whose deadlines have passed.
     pub fn pairs(&self, v: &Version) -> Result<u64> {
         let delta = self.buffer_pairs_delta(v)?;
-        Ok((self.tree_pairs(v)? as i64 + delta) as u64)
+        let stored = self.tree_pairs(v)? as i64 + delta;
+        let expired = self.expired_pairs(v, self.clock_now())? as i64;
+        assert!(
+            expired <= stored,
+            "{expired} expired of {stored} pairs stored"
+        );
+        Ok((stored - expired) as u64)
+    }
+
+    /// Pairs of version `v` stored but expired at `now` (not yet reclaimed):
+    /// the buffer's newest writes that are expired puts, and the tree's
+    /// expired values the buffer does not override. The tree is walked only
+    /// where deadlines have passed (`expired_each`), so this costs about
+    /// what the expired entries cost while reclaiming keeps up.
+    pub fn expired_pairs(&self, v: &Version, now: Millis) -> Result<u64> {
+        let mut n = 0u64;
+        if v.visible_seq != v.seq {
+            v.buffer.with_newest(|writes| {
+                n += writes
+                    .iter()
+                    .filter(|w| matches!(w, OpRef::Put(_, _, d) if !is_live(*d, now)))
+                    .count() as u64;
+            });
+        }
+        if let Some(root) = &v.root {
+            // Never stopped early: the walk goes to the end.
+            let _ = kivi_tree::expired_each(&self.pager, root, None, now, &mut |key, _| {
+                if v.buffer.find(key).is_none() {
+                    n += 1;
+                }
+                std::ops::ControlFlow::Continue(())
+            })?;
+        }
+        Ok(n)
     }
 
     /// Pairs in the tree of version `v` (counted the first time after an

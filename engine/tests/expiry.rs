@@ -263,6 +263,15 @@ impl Harness {
                 );
             }
         }
+        // Counts leave expired keys out, reclaimed or not.
+        assert_eq!(
+            self.db.stats().unwrap().pairs,
+            want.len() as u64,
+            "after step {after}: pairs"
+        );
+        if let Some((snap, model)) = &self.snapshot {
+            assert_eq!(snap.len().unwrap(), live(model, now).len() as u64);
+        }
         let report = self.db.check().unwrap();
         assert!(report.is_healthy(), "after step {after}: {report:?}");
     }
@@ -348,4 +357,58 @@ fn deadlines_survive_a_reopen_from_the_log_and_from_pages() {
     assert_eq!(db.get(b"paged").unwrap(), None);
     assert_eq!(db.get(b"logged").unwrap(), None);
     assert_eq!(db.get(b"forever").unwrap().as_deref(), Some(&b"3"[..]));
+}
+
+#[test]
+fn expired_keys_are_counted_out_at_once_and_reclaimed_in_the_background() {
+    let clock = Clock::manual(START);
+    let opts = Options {
+        clock: clock.clone(),
+        ..Options::default()
+    };
+    let db = Db::open_with_storage(Arc::new(MemoryStorage::new()), opts).unwrap();
+    let soon = Some(clock.after(Duration::from_secs(1)));
+    let later = Some(clock.after(Duration::from_secs(3600)));
+    for chunk in 0..20u32 {
+        let mut b = WriteBatch::new();
+        for i in 0..1000u32 {
+            let n = chunk * 1000 + i;
+            let key = format!("key-{n:06}").into_bytes();
+            // Three of four keys expire soon; the rest later or never.
+            let deadline = match n % 4 {
+                0 => None,
+                1 => later,
+                _ => soon,
+            };
+            b.put(key, vec![b'v'; 100])
+                .unwrap()
+                .with_deadline(deadline)
+                .unwrap();
+        }
+        db.write(b).unwrap();
+    }
+    db.checkpoint().unwrap();
+    assert_eq!(db.stats().unwrap().pairs, 20_000);
+    clock.advance(Duration::from_millis(1001));
+    // Counted out at once, whatever the background has done.
+    assert_eq!(db.stats().unwrap().pairs, 10_000);
+    assert_eq!(db.snapshot().len().unwrap(), 10_000);
+    // Reclaimed by the background, without a write to wake it.
+    let waited = std::time::Instant::now();
+    while db.stats().unwrap().expired_reclaimed < 10_000 {
+        assert!(
+            waited.elapsed() < Duration::from_secs(60),
+            "reclaimed {} of 10,000 expired keys in a minute",
+            db.stats().unwrap().expired_reclaimed
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let s = db.stats().unwrap();
+    assert_eq!((s.expired_reclaimed, s.pairs), (10_000, 10_000));
+    // The entries are gone, not just hidden: `check` counts what is stored.
+    db.checkpoint().unwrap();
+    assert_eq!(db.check().unwrap().pairs, 10_000);
+    // The keys that expire later are still there.
+    assert!(db.get(b"key-000001").unwrap().is_some());
+    assert!(db.get(b"key-000002").unwrap().is_none());
 }

@@ -748,6 +748,15 @@ impl LeafData {
         self.size += entry_size(key.len(), entry);
     }
 
+    /// The earliest deadline of the values held (`NO_DEADLINE`: none).
+    pub fn earliest_deadline(&self) -> Deadline {
+        let slots = self.slots();
+        if slots.iter().all(|s| s.kind & KIND_EXPIRING == 0) {
+            return NO_DEADLINE;
+        }
+        (0..self.len()).fold(NO_DEADLINE, |e, i| earlier(e, self.entry(i).deadline()))
+    }
+
     pub fn iter(
         &self,
     ) -> impl DoubleEndedIterator<Item = (&[u8], Entry<'_>)> + ExactSizeIterator + '_ {

@@ -29,5 +29,5 @@ pub use leaf::{compare_keys, head as key_head, prefetch_line, ValueRef, INLINE_V
 pub use node::{DiskRef, Node};
 pub use page::MAX_LEVEL;
 pub use pager::{Pager, PagerStats};
-pub use read::{get_each, get_into, keys_in_leaf_of, Cursor};
+pub use read::{expired_each, get_each, get_into, keys_in_leaf_of, Cursor};
 pub use written::Durable;

@@ -16,9 +16,10 @@
 //! The one piece of interior mutability, monotone and invisible to readers'
 //! results, is `Node::written`: where a checkpoint wrote this node.
 
-use crate::leaf::{common_prefix_len, head, past_prefix, search_heads, LeafData};
+use crate::leaf::{common_prefix_len, earlier, head, past_prefix, search_heads, LeafData};
 use crate::written::Written;
 use kivi_log::PageRef;
+use kivi_log::{Deadline, NO_DEADLINE};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtomicOrdering};
 use std::sync::{Arc, OnceLock};
 
@@ -404,6 +405,9 @@ pub struct Node {
     /// let go), until `dirty_done` says it was written or it is dropped.
     dirty: OnceLock<Arc<AtomicU64>>,
     dirty_done: AtomicBool,
+    /// No later than the earliest deadline under this node (see
+    /// `earliest_deadline`), worked out the first time it is asked for.
+    earliest: OnceLock<Deadline>,
 }
 
 impl Drop for Node {
@@ -440,7 +444,36 @@ impl Node {
             consolidated: OnceLock::new(),
             dirty: OnceLock::new(),
             dirty_done: AtomicBool::new(false),
+            earliest: OnceLock::new(),
         }
+    }
+
+    /// A figure no later than the earliest deadline of any value under this
+    /// node (`NO_DEADLINE`: none has one), as `DiskRef::earliest` is for a
+    /// page: from its entries, its base's figure, its children's. Worked
+    /// out once (a node never changes); a new node made by a change asks
+    /// its unchanged children, which answer from their own.
+    pub fn earliest_deadline(&self) -> Deadline {
+        *self.earliest.get_or_init(|| match &self.body {
+            Body::Leaf { base, delta } => {
+                let base = match base {
+                    LeafBase::Mem(b) => b.earliest_deadline(),
+                    LeafBase::Page(d) => d.earliest,
+                };
+                earlier(
+                    base,
+                    delta
+                        .as_ref()
+                        .map_or(NO_DEADLINE, |d| d.earliest_deadline()),
+                )
+            }
+            Body::Internal { base, .. } => (0..base.children_len())
+                .map(|i| match self.child_ref(i) {
+                    ChildRef::Mem(child, _) => child.earliest_deadline(),
+                    ChildRef::Disk(d) => d.earliest,
+                })
+                .fold(NO_DEADLINE, earlier),
+        })
     }
 
     /// The consolidated twin of a leaf with a delta, if a checkpoint made one.
@@ -548,6 +581,7 @@ impl Node {
             consolidated: OnceLock::new(),
             dirty: OnceLock::new(),
             dirty_done: AtomicBool::new(false),
+            earliest: OnceLock::new(),
         }
     }
 

@@ -10,7 +10,7 @@ use crate::leaf::{merge_into, prefetch_line, Entry, LeafData, ValueRef};
 use crate::leaf_view::{At, LeafView};
 use crate::node::{Body, ChildRef, LeafBase, Node};
 use crate::pager::Pager;
-use kivi_log::{Corruption, Deadline, Error};
+use kivi_log::{Corruption, Deadline, Error, NO_DEADLINE};
 use std::ops::ControlFlow;
 use std::sync::Arc;
 
@@ -272,6 +272,72 @@ fn copy_entry(pager: &Pager, e: Entry<'_>, out: &mut Vec<u8>) -> Result<Option<D
             Ok(Some(d))
         }
     }
+}
+
+/// Calls `found(key, deadline)` for every value under `root` whose deadline
+/// is before `now` (`now > deadline`: expired), in key order, from the first
+/// key after `after`, until `found` answers `Break` (returned) or a read
+/// fails. Only subtrees whose earliest deadline may be before `now` are
+/// visited (`Node::earliest_deadline`, `DiskRef::earliest`), so the walk
+/// costs what the expired keys' leaves and their paths cost, not the tree.
+pub fn expired_each(
+    pager: &Pager,
+    root: &Arc<Node>,
+    after: Option<&[u8]>,
+    now: Deadline,
+    found: &mut dyn FnMut(&[u8], Deadline) -> ControlFlow<()>,
+) -> Result<ControlFlow<()>, Error> {
+    if !may_expire(root.earliest_deadline(), now) {
+        return Ok(ControlFlow::Continue(()));
+    }
+    expired_in(pager, root, after, now, found)
+}
+
+/// Whether a subtree whose earliest deadline is `earliest` may hold a
+/// value expired at `now`.
+fn may_expire(earliest: Deadline, now: Deadline) -> bool {
+    earliest != NO_DEADLINE && earliest < now
+}
+
+fn expired_in(
+    pager: &Pager,
+    node: &Node,
+    after: Option<&[u8]>,
+    now: Deadline,
+    found: &mut dyn FnMut(&[u8], Deadline) -> ControlFlow<()>,
+) -> Result<ControlFlow<()>, Error> {
+    match node.body() {
+        Body::Internal { base, .. } => {
+            let first = after.map_or(0, |k| base.child_index(k));
+            for i in first..base.children_len() {
+                let c = node.child_ref(i);
+                let earliest = match c {
+                    ChildRef::Mem(child, _) => child.earliest_deadline(),
+                    ChildRef::Disk(d) => d.earliest,
+                };
+                if !may_expire(earliest, now) {
+                    continue;
+                }
+                let child = pager.resolve(c, node.level() - 1)?;
+                if expired_in(pager, &child, after, now, found)?.is_break() {
+                    return Ok(ControlFlow::Break(()));
+                }
+            }
+        }
+        Body::Leaf { .. } => {
+            let entries = leaf_entries(pager, node)?;
+            for (k, e) in entries.iter() {
+                let d = e.deadline();
+                if d == NO_DEADLINE || d >= now || after.is_some_and(|a| k <= a) {
+                    continue;
+                }
+                if found(k, d).is_break() {
+                    return Ok(ControlFlow::Break(()));
+                }
+            }
+        }
+    }
+    Ok(ControlFlow::Continue(()))
 }
 
 /// The entries of a leaf node with its delta applied (tombstones removed).

@@ -7,8 +7,8 @@
 use kivi_log::{Deadline, OpRef, PageRef, RecordType, SegmentAppender, SegmentKind, NO_DEADLINE};
 use kivi_storage::{MemoryStorage, Storage};
 use kivi_tree::{
-    apply, check_tree, get_into, release_written, write_tree, Cursor, Node, PageSink, Pager,
-    TreeConfig, TreeWrite, ValueRef, WriteStats,
+    apply, check_tree, expired_each, get_into, release_written, write_tree, Cursor, Node, PageSink,
+    Pager, TreeConfig, TreeWrite, ValueRef, WriteStats,
 };
 use proptest::prelude::*;
 use std::collections::BTreeMap;
@@ -246,6 +246,29 @@ impl Harness {
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect();
             assert_eq!(self.scan_backward(Some(p)), back, "backward before {p:?}");
+        }
+        // The expired values, found by the pruned walk, from the start and
+        // from each probe: exactly the model's (a figure that errs late
+        // would hide some).
+        for now in [1, 300_000_000, 700_000_000, 1_000_000_008] {
+            for after in std::iter::once(None).chain(probes.iter().map(Some)) {
+                let want: Vec<(Vec<u8>, Deadline)> = model
+                    .iter()
+                    .filter(|(k, _)| after.is_none_or(|a| k.as_slice() > a.as_slice()))
+                    .map(|(k, v)| (k.clone(), self.deadline_of(v)))
+                    .filter(|&(_, d)| d != NO_DEADLINE && d < now)
+                    .collect();
+                let mut got = Vec::new();
+                if let Some(root) = &self.root {
+                    let after = after.map(|a| a.as_slice());
+                    let flow = expired_each(&self.pager, root, after, now, &mut |k, d| {
+                        got.push((k.to_vec(), d));
+                        std::ops::ControlFlow::Continue(())
+                    });
+                    assert!(flow.unwrap().is_continue());
+                }
+                assert_eq!(got, want, "expired at {now} after {after:?}");
+            }
         }
         if let Some(root) = &self.root {
             let report = check_tree(&self.pager, root);
