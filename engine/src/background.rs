@@ -65,6 +65,10 @@ pub(crate) fn run(
 ) -> Result<()> {
     let mut reclaim_cursor = ReclaimCursor::default();
     let mut reclaim_more = false;
+    // Expired keys reclaimed when the last checkpoint started: reclaiming
+    // since (a cache's keys expiring together) makes the next quiet second
+    // take one, whatever the log's size, so their space comes back.
+    let mut reclaimed_at_checkpoint = 0;
     loop {
         // Soon after writes pause, the write buffer is merged so that
         // reads no longer look through it; expired keys are reclaimed
@@ -104,8 +108,10 @@ pub(crate) fn run(
             }
         };
         let opts = store.opts();
+        let reclaimed = counters.values().expired_reclaimed;
         let due = replayable >= opts.checkpoint_bytes
             || store.write_buffer_full()
+            || (idle && reclaimed > reclaimed_at_checkpoint)
             || (idle && redo >= opts.checkpoint_bytes / 16)
             || (idle && checkpointer.cleaning_wanted(store, commit))
             || (redo >= EARLY_CHECKPOINT_MIN_BYTES
@@ -119,6 +125,7 @@ pub(crate) fn run(
             CheckpointKind::Slice
         };
         if due {
+            reclaimed_at_checkpoint = reclaimed;
             let result = checkpointer.run(store, commit, bp, kind);
             bp.notify_written();
             if result.is_err() {

@@ -263,3 +263,35 @@ def test_cachelib_redis_cache(server):  # noqa: F811
     assert cache.get("page") == "fresh"
     assert cache.clear()
     assert cache.get("b") is None and cache.get("page") is None
+
+
+def test_expired_keys_leave_the_count_at_once_and_their_space_comes_back(server):  # noqa: F811
+    # 5,000 keys of 1 KiB that live three seconds, beside one that stays:
+    # DBSIZE drops at the deadline, the background deletes the entries
+    # (INFO's expired_keys), and the store's files shrink back.
+    r = redis.Redis(host=server.host, port=server.port)
+    r.set("stay", "v")
+    started = time.monotonic()
+    p = r.pipeline(transaction=False)
+    for i in range(5_000):
+        p.set(f"k{i:05}", b"x" * 1024, px=3000)
+    p.execute()
+    assert time.monotonic() - started < 3, "written within the three seconds"
+    assert r.dbsize() == 5_001
+    full = r.info("kivi")["live_bytes"]
+    assert full > 5_000 * 1024
+    # The last key was written before now, so it expires within 3.1 s.
+    time.sleep(3.1)
+    assert r.dbsize() == 1
+    assert r.keys("*") == [b"stay"]
+    deadline = time.monotonic() + 60
+    while r.info("stats")["expired_keys"] < 5_000:
+        assert time.monotonic() < deadline, r.info("stats")["expired_keys"]
+        time.sleep(0.05)
+    assert r.info("stats")["expired_keys"] == 5_000
+    # The deletes reach the pages with the next checkpoint (one second of
+    # quiet takes one), and the cleaner gives the old pages back.
+    while r.info("kivi")["live_bytes"] > full // 10 or r.info("kivi")["file_bytes"] > full // 2:
+        assert time.monotonic() < deadline, r.info("kivi")
+        time.sleep(0.1)
+    assert r.get("stay") == b"v"

@@ -83,6 +83,12 @@ pub fn config(shared: &Shared, args: &[Vec<u8>]) -> Result<Reply, Reply> {
         "GET" => Err(wrong_args("config|get")),
         "RESETSTAT" if args.len() == 2 => {
             shared.counters.reset();
+            if let Ok(st) = shared.db.stats() {
+                shared
+                    .counters
+                    .expired_keys_at_reset
+                    .store(st.expired_reclaimed, std::sync::atomic::Ordering::Relaxed);
+            }
             shared.ops.lock().reset();
             Ok(Reply::ok())
         }
