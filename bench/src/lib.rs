@@ -16,6 +16,7 @@ mod limited;
 pub mod measure;
 pub mod mkpairs;
 mod report;
+pub mod resp_workloads;
 pub mod server;
 pub mod stores;
 mod syncs;
@@ -130,6 +131,10 @@ pub struct Record {
     /// "bursty", "redis-benchmark").
     #[serde(skip_serializing_if = "Option::is_none")]
     pub client: Option<String>,
+    /// The expiring-cache workload: the most the store's files held against
+    /// its live data once keys were expiring.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub peak_files_per_live: Option<f64>,
     /// Server workloads: the rate is the median over this many windows
     /// of this many seconds (0 windows: the whole run's rate).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -165,6 +170,7 @@ impl Record {
             file_bytes: None,
             sidecar_bytes: None,
             client: None,
+            peak_files_per_live: None,
             window_seconds: None,
             windows: None,
         }

@@ -792,7 +792,59 @@ fn redis_runs(target: &str, addr: &str, n: u64, round: u32) -> Result<Vec<Record
             });
         }
     }
+    // SET with a deadline, as `-t set` sends SET (3-byte values, random
+    // keys among n), plus EX.
+    let set_ex = [
+        "-P",
+        "1000",
+        "-n",
+        &n_s,
+        "-r",
+        &n_s,
+        "SET",
+        "key:__rand_int__",
+        "xxx",
+        "EX",
+        "3600",
+    ];
+    for (_, rps) in redis_benchmark(addr, &set_ex)? {
+        let name = "redis_setex_p1000";
+        eprintln!("[round {round}] {target:<14} {name:<22} {rps:>12.0} requests/s");
+        out.push(Record {
+            ops_per_sec: Some(rps),
+            client: Some("redis-benchmark".to_string()),
+            ..Record::new(target, name, n, round)
+        });
+    }
+    // MULTI, ten SETs, EXEC from 50 connections, as redis-py's pipeline()
+    // sends them; transactions per second.
+    let txs = (n / 20).max(1000);
+    let rate = crate::resp_workloads::multi_exec(addr, 50, txs)?;
+    let name = "resp_multi10_c50";
+    eprintln!("[round {round}] {target:<14} {name:<22} {rate:>12.0} transactions/s");
+    out.push(Record {
+        ops_per_sec: Some(rate),
+        client: Some("resp-transactions".to_string()),
+        ..Record::new(target, name, n, round)
+    });
     Ok(out)
+}
+
+/// The expiring cache (kivi only: it reads the store's files through INFO):
+/// `n / 10` new keys a second, each living ten seconds, for thirty.
+fn expiring_cache_run(addr: &str, n: u64, round: u32) -> Result<Record, BenchError> {
+    let rate = (n / 10).max(1000);
+    let r = crate::resp_workloads::expiring_cache(addr, rate, Duration::from_secs(10), 30)?;
+    eprintln!(
+        "[round {round}] kivi-serve     expiring_cache         {:>12.0} SETs/s, files at most {:.2}x the live data ({} live keys)",
+        r.rate, r.peak_files_per_live, r.live_keys
+    );
+    Ok(Record {
+        ops_per_sec: Some(r.rate),
+        peak_files_per_live: Some(r.peak_files_per_live),
+        client: Some("resp-expiring-cache".to_string()),
+        ..Record::new("kivi-serve", "expiring_cache", n, round)
+    })
 }
 
 /// Every server workload, `rounds` times, targets interleaved.
@@ -832,6 +884,12 @@ pub fn run(cfg: &Config) -> Result<Vec<Record>, BenchError> {
             let server = KiviServer::start(&cfg.program, &d, None, true)?;
             let addr = server.resp.clone().expect("resp listener");
             out.extend(redis_runs("kivi-serve", &addr, cfg.n, round)?);
+        }
+        {
+            let d = fresh(&cfg.dir, &format!("round{round}-kivi-expiring"))?;
+            let server = KiviServer::start(&cfg.program, &d, None, true)?;
+            let addr = server.resp.clone().expect("resp listener");
+            out.push(expiring_cache_run(&addr, cfg.n, round)?);
         }
         for policy in ["always", "everysec"] {
             let d = fresh(&cfg.dir, &format!("round{round}-redis-{policy}"))?;
@@ -1078,6 +1136,44 @@ fn report_text(cfg: &Config, records: &[Record], o: &mut String) -> std::fmt::Re
             }
             None => writeln!(o, " {:>16}", "-")?,
         }
+    }
+    // SET with a deadline against plain SET, both kivi's, best rounds.
+    let (ex, plain) = (
+        rate("kivi-serve", "redis_setex_p1000"),
+        rate("kivi-serve", "redis_set_p1000"),
+    );
+    if ex.is_finite() && plain.is_finite() {
+        writeln!(
+            o,
+            "kivi SET EX -P 1000 against its plain SET: {:.2}x (goal 0.9x, {})",
+            ex / plain,
+            met(ex / plain, 0.9)
+        )?;
+    }
+    let tx = |store: &str| {
+        best(records, store, "resp_multi10_c50", "resp-transactions")
+            .map_or(f64::NAN, |r| r.ops_per_sec.expect("a rate"))
+    };
+    let (k, a, e) = (tx("kivi-serve"), tx("redis-always"), tx("redis-everysec"));
+    if k.is_finite() {
+        writeln!(
+            o,
+            "MULTI + 10 SETs + EXEC, 50 clients, transactions/s: kivi {k:.0}, redis always {a:.0}, \
+             everysec {e:.0}; kivi/always {:.2}x (goal 2x, {})",
+            k / a,
+            met(k / a, 2.0)
+        )?;
+    }
+    for r in records.iter().filter(|r| r.workload == "expiring_cache") {
+        let peak = r.peak_files_per_live.unwrap_or(f64::NAN);
+        writeln!(
+            o,
+            "expiring cache (round {}): {:.0} SETs/s living 10 s, files at most {peak:.2}x the live data \
+             (goal 2x, {})",
+            r.round,
+            r.ops_per_sec.unwrap_or(f64::NAN),
+            if peak <= 2.0 { "met" } else { "NOT met" }
+        )?;
     }
     Ok(())
 }

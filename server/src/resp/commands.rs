@@ -245,23 +245,30 @@ pub(crate) fn set_options(args: &[Vec<u8>], now: u64) -> Result<SetOptions, Repl
     };
     let mut ttl_given = false;
     let mut i = 0;
+    // Compared without allocating: SET with EX is a pipelined hot path.
+    let is = |a: &[u8], name: &str| a.eq_ignore_ascii_case(name.as_bytes());
     while i < args.len() {
-        let name = upper(&args[i]);
-        match name.as_str() {
-            "NX" => o.nx = true,
-            "XX" => o.xx = true,
-            "GET" => o.get = true,
-            "KEEPTTL" if !ttl_given => {
-                ttl_given = true;
-                o.ttl = Ttl::Keep;
-            }
-            _ if !ttl_given && i + 1 < args.len() => {
-                let at = expiry_option(&name, &args[i + 1], now, "set").ok_or_else(syntax)??;
-                ttl_given = true;
-                o.ttl = Ttl::At(at);
-                i += 1;
-            }
-            _ => return Err(syntax()),
+        let a = args[i].as_slice();
+        if is(a, "NX") {
+            o.nx = true;
+        } else if is(a, "XX") {
+            o.xx = true;
+        } else if is(a, "GET") {
+            o.get = true;
+        } else if is(a, "KEEPTTL") && !ttl_given {
+            ttl_given = true;
+            o.ttl = Ttl::Keep;
+        } else if !ttl_given && i + 1 < args.len() {
+            let name = ["EX", "PX", "EXAT", "PXAT"]
+                .into_iter()
+                .find(|n| is(a, n))
+                .ok_or_else(syntax)?;
+            let at = expiry_option(name, &args[i + 1], now, "set").ok_or_else(syntax)??;
+            ttl_given = true;
+            o.ttl = Ttl::At(at);
+            i += 1;
+        } else {
+            return Err(syntax());
         }
         i += 1;
     }
