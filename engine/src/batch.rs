@@ -52,6 +52,8 @@ pub(crate) enum BatchOp {
         key: Vec<u8>,
         deadline: Millis,
     },
+    /// Delete every key (`Db::clear`); always alone in its batch.
+    Clear,
 }
 
 impl BatchOp {
@@ -64,11 +66,15 @@ impl BatchOp {
             | BatchOp::CompareAndSwap { key, .. }
             | BatchOp::CompareAndDelete { key, .. }
             | BatchOp::Reclaim { key, .. } => key,
+            BatchOp::Clear => &[],
         }
     }
 
     pub(crate) fn is_conditional(&self) -> bool {
-        !matches!(self, BatchOp::Put { .. } | BatchOp::Delete { .. })
+        !matches!(
+            self,
+            BatchOp::Put { .. } | BatchOp::Delete { .. } | BatchOp::Clear
+        )
     }
 }
 
@@ -174,6 +180,13 @@ impl WriteBatch {
             n,
         )?;
         Ok(self)
+    }
+
+    /// The batch of `Db::clear`: every key deleted.
+    pub(crate) fn clear_all() -> WriteBatch {
+        let mut b = WriteBatch::new();
+        b.ops.push(BatchOp::Clear);
+        b
     }
 
     /// Deletes `key` if it still holds a value with `deadline` and that has

@@ -229,6 +229,16 @@ impl Checkpointer {
         let Some(c) = guard.as_mut() else {
             return Err(Error::ReadOnly);
         };
+        // After a clear, a slice would keep naming pages of the tree from
+        // before it for the key ranges it does not write (safe: its
+        // `replay_from` then lies before the clear, which recovery replays
+        // and which empties the tree), so the old pages would stay: the
+        // whole tree goes instead, and they can be cleaned.
+        let kind = if kind == CheckpointKind::Slice && store.take_cleared() {
+            CheckpointKind::Regular
+        } else {
+            kind
+        };
         // A checkpoint asked for (or an idle one) covers every commit:
         // the write buffer goes into the tree first. Slices, taken while
         // writes go on, leave it to fill.

@@ -90,6 +90,9 @@ struct GroupCheckpoint<'g> {
 /// What deciding a group yields (see `decide_group`).
 struct Decided<'g> {
     replies: Replies,
+    /// The group holds a `Db::clear`: every key written before it (and
+    /// before it in the group) is gone; `ops` are what follows it.
+    clears: bool,
     /// Expired keys the group deletes (`BatchOp::Reclaim`).
     reclaimed: u64,
     /// One per key, the last one written, in key order.
@@ -226,6 +229,7 @@ impl CommitPath {
         };
         let Decided {
             mut replies,
+            clears,
             reclaimed,
             ops,
             checkpoints,
@@ -237,12 +241,23 @@ impl CommitPath {
                 None => OpRef::Delete(k),
             })
             .collect();
-        if op_refs.is_empty() && checkpoints.is_empty() {
+        if op_refs.is_empty() && checkpoints.is_empty() && !clears {
             return replies
                 .into_iter()
                 .map(|r| r.expect("every write decided"))
                 .collect();
         }
+        // After a clear the group goes on from an empty tree. The empty tree
+        // is said to hold the commits up to the one before this group's: a
+        // checkpoint of it then replays this group's record, clear and all.
+        let base = if clears {
+            Arc::new(Version {
+                epoch: base.epoch.clone(),
+                ..Version::of_tree(None, w.seq, 0, base.visible_log_bytes)
+            })
+        } else {
+            base
+        };
         let (base, buffered) = route_group(store, base, &ops, op_refs.len());
         let applied = if op_refs.is_empty() || buffered {
             None
@@ -257,9 +272,10 @@ impl CommitPath {
                 Err(e) => return fail_group(store, replies, &e.into()),
             }
         };
-        let committing = applied.is_some() || buffered;
+        let committing = applied.is_some() || buffered || clears;
         let seq = w.seq + u64::from(committing);
-        let appended = match append_group(store, w, seq, committing, &op_refs, &checkpoints) {
+        let appended = match append_group(store, w, seq, committing, clears, &op_refs, &checkpoints)
+        {
             Ok(appended) => appended,
             Err(e) => {
                 store.note_error(e.to_string());
@@ -271,6 +287,11 @@ impl CommitPath {
             w.seq = seq;
             store.counters().set_last_commit_ms(store.now_ms());
             store.counters().keys_reclaimed(reclaimed);
+        }
+        if clears {
+            // The next checkpoint writes the whole tree, so that the pages
+            // from before the clear can go (see `Checkpointer::run`).
+            store.note_cleared();
         }
         let mut next = next_version(
             store,
@@ -326,6 +347,9 @@ fn decide_group<'g>(store: &Store, group: &'g [Arc<Ticket>], base: &Version) -> 
     let mut ops: Vec<Op<'g>> = Vec::new();
     let mut checkpoints = Vec::new();
     let mut reclaimed = 0;
+    let mut clears = false;
+    // After a clear in the group, conditions are decided against nothing.
+    let empty = Version::default();
     let conditional = group
         .iter()
         .any(|t| matches!(&t.request, Request::Write(b) if b.conditional));
@@ -336,6 +360,12 @@ fn decide_group<'g>(store: &Store, group: &'g [Arc<Ticket>], base: &Version) -> 
         match &t.request {
             Request::Write(batch) if !batch.conditional => {
                 for op in &batch.ops {
+                    if let BatchOp::Clear = op {
+                        ops.clear();
+                        overlay.clear();
+                        clears = true;
+                        continue;
+                    }
                     let effect = match op {
                         BatchOp::Put {
                             key,
@@ -353,6 +383,7 @@ fn decide_group<'g>(store: &Store, group: &'g [Arc<Ticket>], base: &Version) -> 
                 replies.push(Some(Ok(Reply::Write(WriteOutcome::Applied))));
             }
             Request::Write(batch) => {
+                let base = if clears { &empty } else { base };
                 let outcome =
                     decide(store, batch, base, now, &mut overlay, &mut ops).map(|(outcome, n)| {
                         reclaimed += n;
@@ -378,6 +409,7 @@ fn decide_group<'g>(store: &Store, group: &'g [Arc<Ticket>], base: &Version) -> 
     }
     Decided {
         replies,
+        clears,
         reclaimed,
         ops: one_op_per_key(ops),
         checkpoints,
@@ -430,6 +462,7 @@ fn append_group(
     w: &mut Writer,
     seq: u64,
     committing: bool,
+    clears: bool,
     op_refs: &[OpRef<'_>],
     checkpoints: &[GroupCheckpoint<'_>],
 ) -> Result<u64> {
@@ -444,7 +477,7 @@ fn append_group(
         &mut |emit, synced| {
             if committing {
                 emit(RecordType::Commit, &mut |out| {
-                    CommitRecord::encode(out, synced, seq, op_refs.iter().copied())
+                    CommitRecord::encode(out, synced, seq, clears, op_refs.iter().copied())
                 });
             }
             for c in checkpoints {
@@ -674,6 +707,7 @@ fn decide<'a>(
                 ..
             } => matches(expected, expected_deadline).then_some(None),
             BatchOp::Reclaim { .. } => unreachable!("decided above"),
+            BatchOp::Clear => unreachable!("a clear is alone in an unconditional batch"),
         };
         match effect {
             Some(e) => {

@@ -348,6 +348,15 @@ impl Db {
         self.write(b).map(|_| ())
     }
 
+    /// Deletes every key, as one commit: durable when it returns, and after
+    /// a crash either all of it happened or none. Costs one small record
+    /// whatever the store holds; the space comes back with the next
+    /// checkpoint and the cleaner. Snapshots taken before still see
+    /// everything.
+    pub fn clear(&self) -> Result<()> {
+        self.write(WriteBatch::clear_all()).map(|_| ())
+    }
+
     /// Removes `key` (nothing happens if it is absent).
     pub fn delete(&self, key: &[u8]) -> Result<()> {
         let mut b = WriteBatch::new();

@@ -306,7 +306,7 @@ impl LogScan {
         // The last commit the log held before this record, if it says.
         let (before, ckpt) = match rec.ty {
             RecordType::Commit => match CommitRecord::decode(rec.body) {
-                Ok((seq, _)) => (seq.checked_sub(1), None),
+                Ok(d) => (d.seq.checked_sub(1), None),
                 Err(e) => {
                     self.damaged(here(format!("commit record: {e}")));
                     return Ok(None);
@@ -445,6 +445,9 @@ struct Replay {
     /// Commits replayed and the bytes of their records.
     replayed: u64,
     redo_bytes: u64,
+    /// The last commit replayed that cleared the store: the tree the open
+    /// started from is then empty, and the buffer holds what followed.
+    cleared_at: Option<u64>,
 }
 
 /// Phase 6, pass 2: replays the commits after the checkpoint's
@@ -476,6 +479,7 @@ fn replay_log(chain: &[&Seg], ends: &[ScanEnd], log: &LogScan) -> Result<Replay>
         to_checkpoint: None,
         replayed: 0,
         redo_bytes: 0,
+        cleared_at: None,
     };
     for ((seg, &end), info) in chain.iter().zip(ends).zip(&log.log_segments) {
         if info.max_seq <= base_seq {
@@ -497,13 +501,18 @@ fn replay_log(chain: &[&Seg], ends: &[ScanEnd], log: &LogScan) -> Result<Replay>
             if rec.ty != RecordType::Commit {
                 continue;
             }
-            let Ok((seq, decoded)) = CommitRecord::decode(rec.body) else {
+            let Ok(decoded) = CommitRecord::decode(rec.body) else {
                 continue; // damage pass 1 found covered by the checkpoint
             };
+            let seq = decoded.seq;
             if seq <= base_seq {
                 continue;
             }
+            if decoded.clears {
+                replay.clear(seq);
+            }
             let ops: Vec<Write> = decoded
+                .ops
                 .iter()
                 .map(|op| match *op {
                     OpRef::Put(k, v, deadline) => (k, Some((v, deadline))),
@@ -533,10 +542,30 @@ impl Replay {
         self.buffer = self.buffer.with_group(ops, &self.spares);
     }
 
+    /// Commit `seq` clears the store: whatever the checkpoint's tree and
+    /// the commits before hold is gone; what follows goes over nothing.
+    fn clear(&mut self, seq: u64) {
+        self.cleared_at = Some(seq);
+        self.buffer = WriteBuffer::default();
+        self.to_checkpoint = None;
+    }
+
     /// The first version: the checkpoint's tree (`root`, which holds every
     /// commit up to `replay_from`) under the replayed commits, the last
-    /// of which is `last_seq`.
+    /// of which is `last_seq`. After a clear: no tree, and the commits from
+    /// the clear on in the buffer (the empty tree is said to hold those
+    /// before it, as the commit path says, so a checkpoint of it replays
+    /// the clear again).
     fn into_version(self, root: Option<Arc<Node>>, last_seq: u64) -> Version {
+        if let Some(cleared) = self.cleared_at {
+            let tree_seq = cleared - 1;
+            return Version {
+                buffer: Arc::new(self.buffer),
+                visible_seq: last_seq,
+                visible_log_bytes: self.redo_bytes,
+                ..Version::of_tree(None, tree_seq, 0, 0)
+            };
+        }
         let checkpoint_pairs = self.checkpoint.map_or(0, |c| c.pairs);
         let to_checkpoint = self.to_checkpoint.unwrap_or_else(|| self.buffer.clone());
         if self.buffer.is_empty() {

@@ -49,6 +49,8 @@ pub(crate) struct Store {
     counters: Counters,
     closed: AtomicBool,
     opened_at: Instant,
+    /// A clear was committed since the last checkpoint started.
+    cleared: AtomicBool,
     last_error: Mutex<Option<String>>,
     opened: OpenReport,
 }
@@ -80,6 +82,7 @@ impl Store {
             counters,
             closed: AtomicBool::new(false),
             opened_at: Instant::now(),
+            cleared: AtomicBool::new(false),
             last_error: Mutex::new(None),
             opened,
         }
@@ -163,6 +166,17 @@ impl Store {
 
     pub fn now_ms(&self) -> u64 {
         self.opened_at.elapsed().as_millis() as u64
+    }
+
+    /// A clear was committed: the next checkpoint must write everything.
+    pub fn note_cleared(&self) {
+        self.cleared.store(true, Ordering::Release);
+    }
+
+    /// Whether a clear was committed since the last call (the checkpointer
+    /// asks as it starts a checkpoint).
+    pub fn take_cleared(&self) -> bool {
+        self.cleared.swap(false, Ordering::AcqRel)
     }
 
     /// Milliseconds since the Unix epoch by the store's clock: the time

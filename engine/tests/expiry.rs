@@ -1,8 +1,8 @@
 //! Deadlines against a model, on a manual clock: random puts with and
 //! without deadlines, deletes, conditional writes (an expired key is absent
 //! to every condition; a compare-and-swap may also compare the deadline),
-//! the clock moving forward, checkpoints, compaction, cache drops and
-//! reopens. After every step each read path (get, get_with_deadline,
+//! the clock moving forward, checkpoints, compaction, cache drops, clears
+//! of the whole store, and reopens. After every step each read path (get, get_with_deadline,
 //! get_each, scans both ways, a held snapshot) must answer as the model
 //! does: a value exists, with its deadline, through the millisecond of its
 //! deadline and not after.
@@ -59,6 +59,8 @@ enum Step {
     Compact,
     ClearCache,
     Reopen,
+    /// `Db::clear`: every key gone, in one commit.
+    Clear,
 }
 
 fn ttl() -> impl Strategy<Value = Option<i64>> {
@@ -80,6 +82,7 @@ fn step() -> impl Strategy<Value = Step> {
         1 => Just(Step::Compact),
         1 => Just(Step::ClearCache),
         2 => Just(Step::Reopen),
+        1 => Just(Step::Clear),
     ]
 }
 
@@ -199,6 +202,10 @@ impl Harness {
             Step::Checkpoint => self.db.checkpoint().unwrap(),
             Step::Compact => self.db.compact().unwrap(),
             Step::ClearCache => self.db.clear_cache(),
+            Step::Clear => {
+                self.db.clear().unwrap();
+                self.model.clear();
+            }
             Step::Reopen => {
                 self.snapshot = None;
                 let db = Db::open_with_storage(Arc::new(self.storage.clone()), self.opts.clone())
@@ -411,4 +418,59 @@ fn expired_keys_are_counted_out_at_once_and_reclaimed_in_the_background() {
     // The keys that expire later are still there.
     assert!(db.get(b"key-000001").unwrap().is_some());
     assert!(db.get(b"key-000002").unwrap().is_none());
+}
+
+#[test]
+fn a_clear_survives_a_crash_whole_or_not_at_all() {
+    use kivi::Durability;
+    use kivi_storage::SimStorage;
+    use rand::{rngs::StdRng, SeedableRng};
+    // Unsynced commits (no fsync) may be lost at a crash, but only as a
+    // suffix: the store after it is the one after some prefix of the
+    // commits. So the clear is either there with all it deleted, or not
+    // there with nothing deleted; and the write after it only with it.
+    let opts = Options {
+        durability: Durability::NoFsync,
+        ..Options::default()
+    };
+    let mut outcomes = std::collections::BTreeSet::new();
+    for seed in 0..cases(40) {
+        let sim = SimStorage::new();
+        let db = Db::open_with_storage(Arc::new(sim.clone()), opts.clone()).unwrap();
+        let mut b = WriteBatch::new();
+        for i in 0..300u32 {
+            b.put(format!("old-{i:04}").into_bytes(), vec![7; 64])
+                .unwrap();
+        }
+        db.write(b).unwrap();
+        db.checkpoint().unwrap();
+        db.put(b"old-later", b"x").unwrap();
+        db.clear().unwrap();
+        db.put(b"after", b"y").unwrap();
+        if seed % 2 == 0 {
+            // Sometimes the clear reaches the pages too.
+            db.checkpoint().unwrap();
+        }
+        let crashed = sim.crash(&mut StdRng::seed_from_u64(seed));
+        drop(db);
+        let db = Db::open_with_storage(Arc::new(crashed), opts.clone()).unwrap();
+        let old = db.range(b"old-0".as_slice()..b"old-:".as_slice()).count();
+        let later = db.get(b"old-later").unwrap().is_some();
+        let after = db.get(b"after").unwrap().is_some();
+        let cleared = old == 0;
+        assert!(
+            (cleared && !later) || (old == 300 && !after),
+            "seed {seed}: {old} old keys, old-later {later}, after {after}"
+        );
+        assert_eq!(
+            db.stats().unwrap().pairs as usize,
+            old + usize::from(later) + usize::from(after)
+        );
+        let r = db.check().unwrap();
+        assert!(r.is_healthy(), "seed {seed}: {:?}", r.problems);
+        outcomes.insert((cleared, after));
+    }
+    // Both sides of the clear are reached.
+    assert!(outcomes.contains(&(false, false)) && outcomes.iter().any(|o| o.0));
+    println!("outcomes (cleared, after): {outcomes:?}");
 }

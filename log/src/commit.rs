@@ -71,6 +71,18 @@ const OP_PUT: u8 = 1;
 const OP_DELETE: u8 = 2;
 /// A put with a deadline (format 5): key, varint deadline (not 0), value.
 const OP_PUT_EXPIRING: u8 = 3;
+/// Everything written before this commit is deleted (format 5), then the
+/// record's other operations apply; only as the first operation, no key.
+const OP_CLEAR: u8 = 4;
+
+/// A decoded commit record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecodedCommit<'a> {
+    pub seq: u64,
+    /// The commit first deletes every key written before it.
+    pub clears: bool,
+    pub ops: Vec<OpRef<'a>>,
+}
 
 pub struct CommitRecord;
 
@@ -86,16 +98,21 @@ pub fn synced_claim(ty: crate::RecordType, body: &[u8]) -> Option<u64> {
 }
 
 impl CommitRecord {
-    /// Encodes a commit body. `ops` must be sorted by key without duplicates.
+    /// Encodes a commit body. `ops` must be sorted by key without
+    /// duplicates; `clears`: the commit first deletes everything before it.
     pub fn encode<'a>(
         out: &mut Vec<u8>,
         synced_through: u64,
         seq: u64,
+        clears: bool,
         ops: impl ExactSizeIterator<Item = OpRef<'a>>,
     ) {
         out.extend_from_slice(&synced_through.to_le_bytes());
         out.extend_from_slice(&seq.to_le_bytes());
-        put_varint(out, ops.len() as u64);
+        put_varint(out, ops.len() as u64 + u64::from(clears));
+        if clears {
+            out.push(OP_CLEAR);
+        }
         for op in ops {
             match op {
                 OpRef::Put(k, v, NO_DEADLINE) => {
@@ -118,13 +135,19 @@ impl CommitRecord {
     }
 
     /// Decodes a commit body, checking limits and key order.
-    pub fn decode(body: &[u8]) -> Result<(u64, Vec<OpRef<'_>>), DecodeError> {
+    pub fn decode(body: &[u8]) -> Result<DecodedCommit<'_>, DecodeError> {
         let mut r = Reader::new(body);
         let _synced_through = r.u64()?;
         let seq = r.u64()?;
-        // Every op takes at least 2 bytes, which bounds the allocation.
-        let count = r.len(r.remaining() / 2)?;
-        let mut ops = Vec::with_capacity(count);
+        // Every op takes at least 1 byte, which bounds the allocation.
+        let mut count = r.len(r.remaining())?;
+        let mut clears = false;
+        if count > 0 && r.rest().first() == Some(&OP_CLEAR) {
+            r.u8()?;
+            clears = true;
+            count -= 1;
+        }
+        let mut ops = Vec::with_capacity(count.min(r.remaining() / 2));
         for _ in 0..count {
             let kind = r.u8()?;
             let key = r.len_bytes(MAX_KEY_LEN)?;
@@ -148,7 +171,7 @@ impl CommitRecord {
             ops.push(op);
         }
         r.expect_end()?;
-        Ok((seq, ops))
+        Ok(DecodedCommit { seq, clears, ops })
     }
 }
 
@@ -275,10 +298,25 @@ mod tests {
             OpRef::Put(b"d", b"4", 1_700_000_000_000),
         ];
         let mut out = Vec::new();
-        CommitRecord::encode(&mut out, 0, 42, ops.iter().copied());
-        let (seq, back) = CommitRecord::decode(&out).unwrap();
-        assert_eq!(seq, 42);
-        assert_eq!(back, ops);
+        CommitRecord::encode(&mut out, 0, 42, false, ops.iter().copied());
+        let back = CommitRecord::decode(&out).unwrap();
+        assert_eq!((back.seq, back.clears), (42, false));
+        assert_eq!(back.ops, ops);
+        // A clearing commit, with and without operations after the clear;
+        // the empty key may follow it.
+        for after in [&ops[..], &[], &[OpRef::Put(b"", b"x", NO_DEADLINE)]] {
+            out.clear();
+            CommitRecord::encode(&mut out, 0, 43, true, after.iter().copied());
+            let back = CommitRecord::decode(&out).unwrap();
+            assert_eq!((back.seq, back.clears), (43, true));
+            assert_eq!(back.ops, after);
+        }
+        // A clear anywhere but first is refused.
+        out.clear();
+        CommitRecord::encode(&mut out, 0, 44, false, [OpRef::Delete(b"a")].into_iter());
+        out[16] = 2;
+        out.push(OP_CLEAR);
+        assert!(CommitRecord::decode(&out).is_err());
     }
 
     #[test]
@@ -288,6 +326,7 @@ mod tests {
             &mut out,
             0,
             1,
+            false,
             [OpRef::Delete(b"b"), OpRef::Delete(b"a")].into_iter(),
         );
         let err = CommitRecord::decode(&out).unwrap_err();

@@ -20,7 +20,8 @@ mod writer;
 pub use blocks::PAGE_BLOCK_BYTES;
 pub use codec::{DecodeError, Reader};
 pub use commit::{
-    synced_claim, CheckpointRecord, CommitRecord, Deadline, Op, OpRef, ANY_DEADLINE, NO_DEADLINE,
+    synced_claim, CheckpointRecord, CommitRecord, Deadline, DecodedCommit, Op, OpRef, ANY_DEADLINE,
+    NO_DEADLINE,
 };
 pub use record::{
     decode_record_at, encode_record, record_crc, Addr, PageRef, RecordError, RecordType,

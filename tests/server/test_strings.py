@@ -103,3 +103,69 @@ def test_keys_and_bigkeys(server):  # noqa: F811
     from test_resp import cli
     out = cli(server, "--bigkeys")
     assert "Biggest string found" in out and "session:1" in out, out
+
+
+def test_flushdb_deletes_everything_in_one_commit(server):  # noqa: F811
+    r = redis.Redis(host=server.host, port=server.port)
+    r.mset({f"k{i}": "v" for i in range(1000)})
+    r.set("ttl", "v", ex=100)
+    assert r.dbsize() == 1001
+    assert r.flushdb() is True
+    assert r.dbsize() == 0 and r.keys("*") == [] and r.get("k1") is None
+    r.set("new", "1")
+    assert r.flushall(asynchronous=True) is True
+    assert r.dbsize() == 0
+    with pytest.raises(redis.ResponseError, match="syntax error"):
+        r.execute_command("FLUSHDB", "LATER")
+    # A watched key emptied by FLUSHDB fails the transaction.
+    r.set("w", "1")
+    with r.pipeline() as p:
+        p.watch("w")
+        redis.Redis(host=server.host, port=server.port).flushdb()
+        p.multi()
+        p.set("x", "1")
+        with pytest.raises(redis.WatchError):
+            p.execute()
+    assert r.get("x") is None
+
+
+def test_kill_9_around_flushdb_leaves_all_or_nothing():
+    # Each round fills the store, sends FLUSHDB and kills the server with
+    # SIGKILL at a different moment: after a restart every key is there or
+    # none is; once FLUSHDB was answered, none is.
+    import os
+    import signal
+    import socket
+    import tempfile
+    import time
+
+    from test_resp import Server
+
+    with tempfile.TemporaryDirectory() as tmp:
+        store = os.path.join(tmp, "store")
+        outcomes = set()
+        for round_ in range(6):
+            s = Server(store)
+            r = redis.Redis(host=s.host, port=s.port)
+            r.mset({f"k{i:04}": f"v{round_}" for i in range(2000)})
+            sock = socket.create_connection((s.host, s.port))
+            sock.sendall(b"*1\r\n$7\r\nFLUSHDB\r\n")
+            time.sleep(0.0005 * round_ * round_)
+            answered = False
+            if round_ == 5:
+                answered = sock.recv(16).startswith(b"+OK")
+            os.kill(s.proc.pid, signal.SIGKILL)
+            s.proc.wait(timeout=60)
+            sock.close()
+            s = Server(store)
+            r = redis.Redis(host=s.host, port=s.port)
+            present = r.dbsize()
+            assert present in (0, 2000), f"round {round_}: {present} of 2000 keys"
+            if answered:
+                assert present == 0, "an answered FLUSHDB survives kill -9"
+            if present:
+                assert r.get("k1999") == f"v{round_}".encode()
+            outcomes.add(present)
+            r.flushdb()
+            assert s.stop() == 0
+        print("outcomes seen:", sorted(outcomes))

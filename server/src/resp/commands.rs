@@ -109,6 +109,9 @@ pub const COMMANDS: &[(&str, Arity)] = &[
     ("EXPIRETIME", Arity::Exactly(2)),
     ("PEXPIRETIME", Arity::Exactly(2)),
     ("PERSIST", Arity::Exactly(2)),
+    // The whole keyspace, in one commit.
+    ("FLUSHDB", Arity::Either(1, 2)),
+    ("FLUSHALL", Arity::Either(1, 2)),
     // redis-py's lock scripts, and no others (scripts.rs).
     ("EVAL", Arity::AtLeast(3)),
     ("EVALSHA", Arity::AtLeast(3)),
@@ -504,6 +507,7 @@ pub async fn execute(shared: &Shared, s: &mut Session, args: Vec<Vec<u8>>) -> Re
             Err(e) => Err(e),
         },
         "SCRIPT" => scripts::script(&args),
+        "FLUSHDB" | "FLUSHALL" => flush(shared, &args).await,
         "INFO" => Ok(Reply::bulk(crate::info::render(shared, &args[1..]))),
         "HELLO" => hello(s, &args),
         "CLIENT" => client(s, &args),
@@ -550,6 +554,24 @@ pub async fn execute(shared: &Shared, s: &mut Session, args: Vec<Vec<u8>>) -> Re
 /// The reply to a command kivi does not answer: a command of another data
 /// type gets its own error (`other_types`), anything else Redis's
 /// "unknown command".
+/// FLUSHDB and FLUSHALL (one database, so the same): every key deleted by
+/// one durable commit (`Db::clear`), whatever the store holds; after a
+/// crash either all of it happened or none. ASYNC and SYNC are accepted;
+/// both answer once the commit is durable.
+async fn flush(shared: &Shared, args: &[Vec<u8>]) -> Result<Reply, Reply> {
+    if let Some(mode) = args.get(1) {
+        if !mode.eq_ignore_ascii_case(b"ASYNC") && !mode.eq_ignore_ascii_case(b"SYNC") {
+            return Err(syntax());
+        }
+    }
+    let db = shared.db.clone();
+    match tokio::task::spawn_blocking(move || db.clear()).await {
+        Ok(Ok(())) => Ok(Reply::ok()),
+        Ok(Err(e)) => Err(refused(e)),
+        Err(e) => Err(Reply::err(format!("FLUSHDB failed: {e}"))),
+    }
+}
+
 pub(crate) fn unknown(args: &[Vec<u8>]) -> Reply {
     if let Some(refused) = super::other_types::refusal(&args[0]) {
         return refused;
@@ -828,6 +850,7 @@ mod tests {
             "SETEX" | "PSETEX" => n == 4,
             "GETEX" | "SCRIPT" => n >= 2,
             "EVAL" | "EVALSHA" => n >= 3,
+            "FLUSHDB" | "FLUSHALL" => n == 1 || n == 2,
             "EXPIRE" | "PEXPIRE" | "EXPIREAT" | "PEXPIREAT" => n >= 3,
             "EXISTS" | "MGET" | "SCAN" | "DEL" | "CLIENT" | "CONFIG" | "WATCH" | "UNLINK"
             | "TOUCH" => n >= 2,
@@ -847,7 +870,7 @@ mod tests {
             }
             assert!(arity(cmd.to_ascii_lowercase().as_bytes()).is_some());
         }
-        assert!(arity(b"FLUSHALL").is_none());
+        assert!(arity(b"FLUSHEVERYTHING").is_none());
         let mut args = vec![b"mset".to_vec(), b"k".to_vec()];
         match write_plan(&mut args, 0) {
             Some(Err(r)) => assert_eq!(
