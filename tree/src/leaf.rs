@@ -314,6 +314,9 @@ pub struct LeafData {
     bigs: Vec<Arc<BigValue>>,
     size: usize,
     tombstones: usize,
+    /// Entries with a deadline: none (the common case) answers
+    /// `earliest_deadline` without a pass over the entries.
+    expiring: u32,
 }
 
 impl LeafData {
@@ -725,6 +728,7 @@ impl LeafData {
         let kind = if deadline == NO_DEADLINE {
             kind
         } else {
+            self.expiring += 1;
             kind | KIND_EXPIRING
         };
         let h = head(&key[self.skip as usize..]);
@@ -750,8 +754,7 @@ impl LeafData {
 
     /// The earliest deadline of the values held (`NO_DEADLINE`: none).
     pub fn earliest_deadline(&self) -> Deadline {
-        let slots = self.slots();
-        if slots.iter().all(|s| s.kind & KIND_EXPIRING == 0) {
+        if self.expiring == 0 {
             return NO_DEADLINE;
         }
         (0..self.len()).fold(NO_DEADLINE, |e, i| earlier(e, self.entry(i).deadline()))
@@ -862,6 +865,17 @@ pub(crate) mod tests {
             leaf.push(k, e);
         }
         leaf.shrink();
+        // The earliest deadline among the values (tombstones have none).
+        let earliest = (0..keys.len())
+            .filter(|i| i % 4 != 3)
+            .map(deadline)
+            .filter(|&d| d != NO_DEADLINE)
+            .min()
+            .unwrap();
+        assert_eq!(leaf.earliest_deadline(), earliest);
+        let mut plain = LeafData::default();
+        plain.push(b"k", Entry::Value(ValueRef::Inline(b"v"), NO_DEADLINE));
+        assert_eq!(plain.earliest_deadline(), NO_DEADLINE);
         for (i, k) in keys.iter().enumerate() {
             let at = leaf.find(k).unwrap();
             match (i % 4, leaf.entry(at)) {
