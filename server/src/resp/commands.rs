@@ -350,9 +350,11 @@ pub(crate) fn expire_flags(args: &[Vec<u8>]) -> Result<ExpireFlags, Reply> {
 /// The batch for a plain write and how to answer it, if `args` is one:
 /// `None` for any other command; `Some(Err(reply))` for a write refused
 /// before it reaches the store.
-/// `now` is the time (milliseconds since the epoch) expiry options count
-/// from.
-pub fn write_plan(args: &mut [Vec<u8>], now: u64) -> Option<Result<(WriteBatch, Answer), Reply>> {
+/// Expiry options count from `clock`'s time, read only when there are some.
+pub fn write_plan(
+    args: &mut [Vec<u8>],
+    clock: &kivi::Clock,
+) -> Option<Result<(WriteBatch, Answer), Reply>> {
     // The hot path of pipelined writes: no allocation to find the command,
     // and keys and values are moved, not copied, into the batch.
     const WRITES: [&str; 7] = ["SET", "SETNX", "MSET", "CAS", "CAD", "SETEX", "PSETEX"];
@@ -367,6 +369,7 @@ pub fn write_plan(args: &mut [Vec<u8>], now: u64) -> Option<Result<(WriteBatch, 
     let take = |args: &mut [Vec<u8>], i: usize| std::mem::take(&mut args[i]);
     let built: kivi::Result<Answer> = match cmd {
         "SET" => {
+            let now = if n > 3 { clock.now_millis() } else { 0 };
             let o = match set_options(&args[3..], now) {
                 Ok(o) => o,
                 Err(r) => return Some(Err(r)),
@@ -391,7 +394,7 @@ pub fn write_plan(args: &mut [Vec<u8>], now: u64) -> Option<Result<(WriteBatch, 
         }
         "SETEX" | "PSETEX" => {
             let unit = if cmd == "SETEX" { 1000 } else { 1 };
-            let deadline = match deadline_after(&args[2], unit, now, cmd) {
+            let deadline = match deadline_after(&args[2], unit, clock.now_millis(), cmd) {
                 Ok(d) => Some(Deadline::from_unix_millis(d)),
                 Err(r) => return Some(Err(r)),
             };
@@ -872,7 +875,7 @@ mod tests {
         }
         assert!(arity(b"FLUSHEVERYTHING").is_none());
         let mut args = vec![b"mset".to_vec(), b"k".to_vec()];
-        match write_plan(&mut args, 0) {
+        match write_plan(&mut args, &kivi::Clock::system()) {
             Some(Err(r)) => assert_eq!(
                 r,
                 Reply::err("wrong number of arguments for 'mset' command")

@@ -240,7 +240,7 @@ pub async fn serve(mut stream: Box<dyn Stream>, peer: String, shared: Arc<Shared
             if !answer_gets(&shared, &mut stream, &mut gets, &mut out, session.resp3).await {
                 return;
             }
-            match commands::write_plan(&mut parsed.args, shared.db.clock().now_millis()) {
+            match commands::write_plan(&mut parsed.args, shared.db.clock()) {
                 Some(Ok((batch, _))) if !batch.has_conditions() => match &mut group {
                     Some((g, n)) if g.size_bytes() + batch.size_bytes() <= MAX_GROUP_BYTES => {
                         g.append(batch)
