@@ -1,5 +1,6 @@
 //! Crash simulation: a store on `SimStorage` runs a random workload (batches
-//! of puts and deletes, some conditional, sometimes from several threads at
+//! of puts, some with deadlines far after the test, and deletes, some
+//! conditional, sometimes from several threads at
 //! once so group commit merges them, explicit checkpoints, injected EIO and
 //! ENOSPC), then the simulated machine loses power at a random moment:
 //! un-synced writes are dropped, reordered or torn. The store reopened on
@@ -263,6 +264,13 @@ impl Writer {
             let ok = if !cond {
                 if self.rng.random_bool(0.8) {
                     b.put(k.clone(), v.clone()).unwrap();
+                    if self.rng.random_bool(0.3) {
+                        // A deadline long after the test: the value lives
+                        // on, but goes through the log and pages with one.
+                        let far = 4_102_444_800_000 + self.rng.random_range(0..1_000_000);
+                        b.with_deadline(Some(kivi::Deadline::from_unix_millis(far)))
+                            .unwrap();
+                    }
                     view.insert(k.clone(), v.clone());
                     effects.insert(k, Some(v));
                 } else {
