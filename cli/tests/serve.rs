@@ -399,6 +399,34 @@ fn kvlds_requests_answer_as_the_spec_says_and_share_data_with_resp() {
     drop(server);
 }
 
+/// A key that expires (its deadline set through RESP) is gone on kvlds too:
+/// GET, RANGE and ADD (which finds it absent) all see it absent.
+#[test]
+fn kvlds_never_returns_an_expired_key() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = Server::start(&tmp.path().join("store"));
+    let mut r = Resp::connect(&server.resp);
+    assert_eq!(
+        r.call(&[b"SET", b"soon", b"1", b"PX", b"300"]),
+        Val::Ok("OK".into())
+    );
+    assert_eq!(r.call(&[b"SET", b"stays", b"2"]), Val::Ok("OK".into()));
+    let mut c = Kvlds::connect(&server.kvlds);
+    assert_eq!(c.get(b"soon"), Some(b"1".to_vec()));
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    assert_eq!(c.get(b"soon"), None);
+    let (pairs, _) = c.range(100, b"", b"");
+    let keys: Vec<&[u8]> = pairs.iter().map(|(k, _)| k.as_slice()).collect();
+    assert_eq!(keys, [b"stays".as_slice()]);
+    assert_eq!(
+        c.status(&record(0x112, &[b"soon", b"3"])),
+        0,
+        "ADD of an expired key"
+    );
+    assert_eq!(c.get(b"soon"), Some(b"3".to_vec()));
+    drop(server);
+}
+
 /// A kvlds client that sends far more than it reads: the server stops
 /// reading it (its answers waiting are bounded) instead of buffering
 /// without end, and once the client reads, every answer arrives, right.
