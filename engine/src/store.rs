@@ -15,7 +15,6 @@ use crate::options::Options;
 use crate::version::{Reclaimer, TreePairs, Version};
 use crate::write_buffer::{Lookup, SpareArrays};
 use arc_swap::{ArcSwap, Guard};
-use kivi_log::OpRef;
 use kivi_storage::Storage;
 use kivi_tree::{apply, get_into, Pager, TreeConfig};
 use parking_lot::Mutex;
@@ -225,15 +224,7 @@ impl Store {
     /// where deadlines have passed (`expired_each`), so this costs about
     /// what the expired entries cost while reclaiming keeps up.
     pub fn expired_pairs(&self, v: &Version, now: Millis) -> Result<u64> {
-        let mut n = 0u64;
-        if v.visible_seq != v.seq {
-            v.buffer.with_newest(|writes| {
-                n += writes
-                    .iter()
-                    .filter(|w| matches!(w, OpRef::Put(_, _, d) if !is_live(*d, now)))
-                    .count() as u64;
-            });
-        }
+        let mut n = v.buffer.expired_puts(now);
         if let Some(root) = &v.root {
             // Never stopped early: the walk goes to the end.
             let _ = kivi_tree::expired_each(&self.pager, root, None, now, &mut |key, _| {

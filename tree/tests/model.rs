@@ -190,19 +190,24 @@ impl Harness {
         }
     }
 
+    /// The pair the cursor is on, its deadline checked against its value's.
+    fn pair_at(&self, c: &Cursor) -> (Vec<u8>, Vec<u8>) {
+        let v = self.value(c.value());
+        assert_eq!(
+            c.deadline(),
+            self.deadline_of(&v),
+            "deadline of {:?}",
+            c.key()
+        );
+        (c.key().to_vec(), v)
+    }
+
     fn scan_forward(&self, from: Option<&[u8]>) -> Vec<(Vec<u8>, Vec<u8>)> {
         let mut c = Cursor::new(self.root.clone());
         c.seek_forward(&self.pager, from).unwrap();
         let mut out = Vec::new();
         while c.is_valid() {
-            let v = self.value(c.value());
-            assert_eq!(
-                c.deadline(),
-                self.deadline_of(&v),
-                "deadline of {:?}",
-                c.key()
-            );
-            out.push((c.key().to_vec(), v));
+            out.push(self.pair_at(&c));
             c.next(&self.pager).unwrap();
         }
         out
@@ -213,14 +218,7 @@ impl Harness {
         c.seek_backward(&self.pager, before).unwrap();
         let mut out = Vec::new();
         while c.is_valid() {
-            let v = self.value(c.value());
-            assert_eq!(
-                c.deadline(),
-                self.deadline_of(&v),
-                "deadline of {:?}",
-                c.key()
-            );
-            out.push((c.key().to_vec(), v));
+            out.push(self.pair_at(&c));
             c.prev(&self.pager).unwrap();
         }
         out

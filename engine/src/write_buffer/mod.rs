@@ -257,6 +257,18 @@ impl WriteBuffer {
         f(&out)
     }
 
+    /// Keys whose newest write here is a put with a deadline before `now`
+    /// (expired; `Store::pairs` counts them out). A walk, nothing copied.
+    pub fn expired_puts(&self, now: Deadline) -> u64 {
+        let mut n = 0;
+        let mut walk = Walk::new(&self.runs, Bound::Unbounded, Bound::Unbounded, true);
+        while let Some(m) = walk.next() {
+            let value = m.run.value(m.at);
+            n += u64::from(value.is_some_and(|(_, d)| !crate::expiry::is_live(d, now)));
+        }
+        n
+    }
+
     /// The change the buffer makes to the tree's pair count: keys it holds
     /// that the tree does not, minus keys it deleted that the tree holds.
     /// `in_tree` answers for the tree under the buffer (which never changes
@@ -477,6 +489,14 @@ mod tests {
                     }
                     prop_assert_eq!(got, want);
                 }
+                let want_expired = model
+                    .values()
+                    .filter(|v| {
+                        v.as_ref()
+                            .is_some_and(|v| !crate::expiry::is_live(deadline_of(v), NOW))
+                    })
+                    .count() as u64;
+                prop_assert_eq!(b.expired_puts(NOW), want_expired);
                 // The pair count against a tree that holds the even keys,
                 // twice: the second time from the notes the first left.
                 let want_delta: i64 = model
