@@ -547,7 +547,7 @@ pub async fn execute(shared: &Shared, s: &mut Session, args: Vec<Vec<u8>>) -> Re
             s.watched.clear();
             Ok(Reply::ok())
         }
-        // The plain writes (SETNX, MSET, CAS, CAD) are `write_plan`'s and
+        // The plain writes (SETNX, MSET, CAS, CAD, SETEX, PSETEX) are `write_plan`'s and
         // never come here.
         _ => Err(unknown(&args)),
     };
