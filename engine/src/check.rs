@@ -333,6 +333,19 @@ fn check_current_version(
                     .push(format!("current version: counting: {e}")),
             }
             report.pairs = t.pairs;
+            // The deadlines kept from apply to apply (or, not yet known,
+            // walked through the subtrees' earliest deadlines), against
+            // every entry's.
+            match inner.tree_deadlines(&v) {
+                Ok(kept) if kept != t.deadlines => report.problems.push(format!(
+                    "current version counts {kept} values with deadlines, holds {}",
+                    t.deadlines
+                )),
+                Ok(_) => {}
+                Err(e) => report
+                    .problems
+                    .push(format!("current version: counting deadlines: {e}")),
+            }
         } else {
             report.pairs = 0;
         }

@@ -519,6 +519,7 @@ fn next_version(
             let pairs = (tree_pairs as i64 + a.pairs_delta) as u64;
             Version {
                 epoch: base.epoch.clone(),
+                deadlines: base.deadlines.after(a.deadlines_delta),
                 // A new buffer for the new tree: what a buffer learns
                 // about the tree under it must stay true while it lives.
                 ..Version::of_tree(a.root, seq, pairs, visible_log_bytes)

@@ -10,6 +10,8 @@ use kivi_log::{read_header, SegmentKind};
 pub struct Stats {
     /// Key-value pairs stored, expired ones left out.
     pub pairs: u64,
+    /// Of those, pairs whose value has a deadline (Redis's `expires`).
+    pub pairs_with_deadline: u64,
     /// Expired keys whose entries the background deleted since open.
     pub expired_reclaimed: u64,
     /// Sequence number of the last commit.
@@ -107,8 +109,10 @@ impl Db {
         let v = store.current_full();
         let c = store.counters().values();
         let p = store.pager().stats();
+        let (pairs, pairs_with_deadline) = store.pairs_and_deadlines(&v)?;
         let mut s = Stats {
-            pairs: store.pairs(&v)?,
+            pairs,
+            pairs_with_deadline,
             seq: v.visible_seq,
             buffered_keys: v.buffer.keys() as u64,
             buffered_bytes: v.buffer.bytes(),

@@ -13,10 +13,11 @@ use crate::error::Result;
 use crate::expiry::{is_live, Millis};
 use crate::options::Options;
 use crate::version::{Reclaimer, TreePairs, Version};
-use crate::write_buffer::{Lookup, SpareArrays};
+use crate::write_buffer::{CountsDelta, Lookup, SpareArrays};
 use arc_swap::{ArcSwap, Guard};
+use kivi_log::Deadline;
 use kivi_storage::Storage;
-use kivi_tree::{apply, get_into, Pager, TreeConfig};
+use kivi_tree::{apply, get_into, Node, Pager, TreeConfig};
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -220,6 +221,46 @@ impl Store {
         Ok((stored - expired) as u64)
     }
 
+    /// Pairs in version `v` as `pairs` counts them, and how many of those
+    /// have a deadline (still ahead: INFO's `expires`). The buffer and the
+    /// expired values are walked once for both.
+    pub fn pairs_and_deadlines(&self, v: &Version) -> Result<(u64, u64)> {
+        let delta = self.buffer_counts_delta(v)?;
+        let pairs = self.tree_pairs(v)? as i64 + delta.pairs;
+        let deadlines = self.tree_deadlines(v)? as i64 + delta.deadlines;
+        // Every expired value has a deadline.
+        let expired = self.expired_pairs(v, self.clock_now())? as i64;
+        assert!(
+            expired <= deadlines && deadlines <= pairs,
+            "{expired} expired of {deadlines} values with deadlines, of {pairs} pairs"
+        );
+        Ok(((pairs - expired) as u64, (deadlines - expired) as u64))
+    }
+
+    /// Values in the tree of version `v` that carry a deadline: counted by
+    /// walking the subtrees that hold any, the first time after an open
+    /// (see `TreeDeadlines`), then known.
+    pub fn tree_deadlines(&self, v: &Version) -> Result<u64> {
+        if let Some(n) = v.deadlines.get() {
+            return Ok(n);
+        }
+        Ok(v.deadlines.set(self.count_deadlines(v.root.as_ref())?))
+    }
+
+    /// Values under `root` with a deadline, by a walk (every deadline is
+    /// before `Deadline::MAX`).
+    pub fn count_deadlines(&self, root: Option<&Arc<Node>>) -> Result<u64> {
+        let mut n = 0;
+        if let Some(root) = root {
+            let _ =
+                kivi_tree::expired_each(&self.pager, root, None, Deadline::MAX, &mut |_, _| {
+                    n += 1;
+                    std::ops::ControlFlow::Continue(())
+                })?;
+        }
+        Ok(n)
+    }
+
     /// Pairs of version `v` stored but expired at `now` (not yet reclaimed):
     /// the buffer's newest writes that are expired puts, and the tree's
     /// expired values the buffer does not override. The tree is walked only
@@ -249,13 +290,18 @@ impl Store {
     }
 
     pub fn buffer_pairs_delta(&self, v: &Version) -> Result<i64> {
+        Ok(self.buffer_counts_delta(v)?.pairs)
+    }
+
+    /// What the buffer of `v` changes in its tree's counts.
+    pub fn buffer_counts_delta(&self, v: &Version) -> Result<CountsDelta> {
         if v.visible_seq == v.seq {
-            return Ok(0);
+            return Ok(CountsDelta::default());
         }
         let mut buf = Vec::new();
-        v.buffer.pairs_delta(&mut |key| match &v.root {
-            None => Ok(false),
-            Some(root) => Ok(get_into(&self.pager, root, key, &mut buf)?.is_some()),
+        v.buffer.counts_delta(&mut |key| match &v.root {
+            None => Ok(None),
+            Some(root) => Ok(get_into(&self.pager, root, key, &mut buf)?),
         })
     }
 
@@ -301,9 +347,15 @@ impl Store {
             parallel: !background,
             ..self.tree_cfg
         };
-        let (root, tree_pairs) = match &base.pairs {
-            TreePairs::Known(n) => (base.root.clone(), *n),
-            TreePairs::AfterOpen(open) => open.settle(&self.pager, &cfg, base.root.as_ref())?,
+        let (root, tree_pairs, deadlines) = match &base.pairs {
+            TreePairs::Known(n) => (base.root.clone(), *n, base.deadlines.clone()),
+            TreePairs::AfterOpen(open) => {
+                // Counted here if nobody asked yet: the first merge after
+                // such an open reads those leaves anyway, and from then on
+                // the count is known without a walk.
+                self.tree_deadlines(base)?;
+                open.settle(&self.pager, &cfg, base.root.as_ref(), &base.deadlines)?
+            }
         };
         let a = base
             .buffer
@@ -311,6 +363,7 @@ impl Store {
         let pairs = (tree_pairs as i64 + a.pairs_delta) as u64;
         let next = Arc::new(Version {
             epoch: base.epoch.clone(),
+            deadlines: deadlines.after(a.deadlines_delta),
             ..Version::of_tree(a.root, base.visible_seq, pairs, base.visible_log_bytes)
         });
         self.counters.buffer_merged();

@@ -24,6 +24,8 @@ pub(crate) struct Version {
     pub seq: u64,
     /// Pairs in the tree (see `TreePairs`; `Store::tree_pairs` reads it).
     pub pairs: TreePairs,
+    /// Values in the tree that carry a deadline (see `TreeDeadlines`).
+    pub deadlines: TreeDeadlines,
     /// Commit-log bytes written up to the tree's last commit since the store
     /// was opened (plus those replayed at open): the redo a checkpoint of
     /// it retires.
@@ -43,9 +45,14 @@ impl Version {
     pub fn of_tree(root: Option<Arc<Node>>, seq: u64, pairs: u64, log_bytes: u64) -> Self {
         Version {
             epoch: Arc::default(),
+            deadlines: match root {
+                None => TreeDeadlines::known(0),
+                Some(_) => TreeDeadlines::default(),
+            },
             root,
             seq,
             pairs: TreePairs::Known(pairs),
+
             log_bytes,
             buffer: Arc::default(),
             visible_seq: seq,
@@ -134,6 +141,46 @@ impl TreePairs {
     }
 }
 
+/// How many values in a version's tree carry a deadline, expired or not
+/// (what INFO's `expires` is made of, less the expired). No checkpoint
+/// records it (it came after format 5 fixed the checkpoint record), so
+/// after an open it is unknown until the first caller that needs it, or the
+/// first merge of replayed commits, counts it (`Store::tree_deadlines`, a
+/// walk of only the subtrees that hold deadlines); from then on every apply
+/// carries it forward (`Applied::deadlines_delta`). Versions over the same
+/// tree share one.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct TreeDeadlines(Arc<std::sync::OnceLock<u64>>);
+
+impl TreeDeadlines {
+    pub fn known(n: u64) -> Self {
+        TreeDeadlines(Arc::new(std::sync::OnceLock::from(n)))
+    }
+
+    pub fn get(&self) -> Option<u64> {
+        self.0.get().copied()
+    }
+
+    /// Records the count once counted; a count already there stays (both
+    /// are of the same tree).
+    pub fn set(&self, n: u64) -> u64 {
+        *self.0.get_or_init(|| n)
+    }
+
+    /// The count of the tree an apply that changed it by `delta` made from
+    /// this one: unknown if this one is.
+    pub fn after(&self, delta: i64) -> Self {
+        match self.get() {
+            Some(n) => {
+                let after = n as i64 + delta;
+                assert!(after >= 0, "a tree with {n} deadlines lost {}", -delta);
+                TreeDeadlines::known(after as u64)
+            }
+            None => TreeDeadlines::default(),
+        }
+    }
+}
+
 /// See `TreePairs::AfterOpen`.
 pub(crate) struct OpenCount {
     /// The checkpoint's count: pairs after the commits up to its `seq`.
@@ -163,24 +210,27 @@ impl OpenCount {
         }
     }
 
-    /// The tree the open started from (`root`) with the commits up to the
-    /// checkpoint's `seq` applied, and its count, the checkpoint's: what a
-    /// merge of the buffer starts from, so that it counts without looking
-    /// anything up (the apply reads those leaves anyway; the buffer's
-    /// newer writes of the same keys then win over them).
+    /// The tree the open started from (`root`, whose deadlines are
+    /// `deadlines`) with the commits up to the checkpoint's `seq` applied,
+    /// its count, the checkpoint's, and its deadlines: what a merge of the
+    /// buffer starts from, so that it counts without looking anything up
+    /// (the apply reads those leaves anyway; the buffer's newer writes of
+    /// the same keys then win over them).
     pub fn settle(
         &self,
         pager: &Pager,
         cfg: &TreeConfig,
         root: Option<&Arc<Node>>,
-    ) -> Result<(Option<Arc<Node>>, u64), kivi_log::Error> {
+        deadlines: &TreeDeadlines,
+    ) -> Result<(Option<Arc<Node>>, u64, TreeDeadlines), kivi_log::Error> {
         if self.to_checkpoint.is_empty() {
-            return Ok((root.cloned(), self.checkpoint_pairs));
+            return Ok((root.cloned(), self.checkpoint_pairs, deadlines.clone()));
         }
         let applied = self
             .to_checkpoint
             .with_newest(|ops| apply(pager, cfg, root, ops))?;
-        Ok((applied.root, self.checkpoint_pairs))
+        let deadlines = deadlines.after(applied.deadlines_delta);
+        Ok((applied.root, self.checkpoint_pairs, deadlines))
     }
 
     /// The pairs in `root`, the tree the open started from: the
@@ -190,11 +240,11 @@ impl OpenCount {
             return Ok(n);
         }
         let mut buf = Vec::new();
-        let delta = self.to_checkpoint.pairs_delta(&mut |key| match root {
-            None => Ok::<bool, kivi_log::Error>(false),
-            Some(r) => Ok(get_into(pager, r, key, &mut buf)?.is_some()),
+        let delta = self.to_checkpoint.counts_delta(&mut |key| match root {
+            None => Ok::<_, kivi_log::Error>(None),
+            Some(r) => Ok(get_into(pager, r, key, &mut buf)?),
         })?;
-        let n = self.checkpoint_pairs as i64 - delta;
+        let n = self.checkpoint_pairs as i64 - delta.pairs;
         assert!(n >= 0, "the tree an open started from counts {n} pairs");
         Ok(*self.counted.get_or_init(|| n as u64))
     }

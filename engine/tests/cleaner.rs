@@ -67,9 +67,25 @@ fn update(db: &Db, model: &mut Model, keys: u64, rounds: u64, seed: u64) {
     }
 }
 
+/// Whether `churn` gave value `v` a deadline (far ahead): it then ends in
+/// `d` where `value` ends in `x`.
+fn has_deadline(v: &[u8]) -> bool {
+    v.ends_with(b"d")
+}
+
+/// The values with a deadline `db` counts (stats, after a count of the
+/// tree) against `model`'s.
+fn assert_deadlines(db: &Db, model: &Model) {
+    let want = model.values().filter(|v| has_deadline(v)).count() as u64;
+    assert_eq!(db.stats().unwrap().pairs_with_deadline, want);
+}
+
 /// As `update`, over twice the keys and deleting a third of those it
-/// picks: the count of pairs moves both ways.
+/// picks, and giving half the values it writes a deadline far ahead: the
+/// counts of pairs and of deadlines move both ways.
 fn churn(db: &Db, model: &mut Model, keys: u64, seed: u64) {
+    // 2100-01-01.
+    let far = kivi::Deadline::from_unix_millis(4_102_444_800_000);
     for i in 0..keys / 50 {
         let mut b = kivi::WriteBatch::new();
         for j in 0..50 {
@@ -78,9 +94,13 @@ fn churn(db: &Db, model: &mut Model, keys: u64, seed: u64) {
                 model.remove(&key(k));
                 b.delete(key(k)).unwrap();
             } else {
-                let v = value(k, i);
+                let mut v = value(k, i);
+                let deadline = (k + i).is_multiple_of(2).then_some(far);
+                if deadline.is_some() {
+                    *v.last_mut().expect("40 bytes") = b'd';
+                }
                 model.insert(key(k), v.clone());
-                b.put(key(k), v).unwrap();
+                b.put(key(k), v).unwrap().with_deadline(deadline).unwrap();
             }
         }
         db.write(b).unwrap();
@@ -447,6 +467,7 @@ fn background_checkpoints_write_slices_and_recovery_replays_the_rest() {
         // Inserts and deletes too: the tree's count after the open comes
         // from the commits up to the checkpoint (see `TreePairs`).
         churn(&db, &mut model, keys / 20, 100 + round);
+        assert_deadlines(&db, &model);
         let s = db.stats().unwrap();
         let slices = s.sliced_checkpoints - last.sliced_checkpoints;
         let all_slices = slices > 0 && slices == s.checkpoints - last.checkpoints;
@@ -461,6 +482,7 @@ fn background_checkpoints_write_slices_and_recovery_replays_the_rest() {
         db = Db::open_with_storage(std::sync::Arc::new(sim.clone()), opts.clone()).unwrap();
         assert_eq!(dump(&db), model);
         assert_healthy(&db, model.len());
+        assert_deadlines(&db, &model);
         last = db.stats().unwrap();
         crashes_after_slice += 1;
         if crashes_after_slice == 3 {
@@ -475,6 +497,7 @@ fn background_checkpoints_write_slices_and_recovery_replays_the_rest() {
     reopened.checkpoint().unwrap();
     churn(&reopened, &mut model, keys / 20, 1000);
     assert_healthy(&reopened, model.len());
+    assert_deadlines(&reopened, &model);
     let again = crashed.crash(&mut rand::rngs::StdRng::seed_from_u64(8));
     drop(reopened);
     let reopened = Db::open_with_storage(std::sync::Arc::new(again), opts).unwrap();

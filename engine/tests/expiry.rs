@@ -271,10 +271,12 @@ impl Harness {
             }
         }
         // Counts leave expired keys out, reclaimed or not.
+        let stats = self.db.stats().unwrap();
+        assert_eq!(stats.pairs, want.len() as u64, "after step {after}: pairs");
+        let with_deadline = want.values().filter(|(_, d)| d.is_some()).count();
         assert_eq!(
-            self.db.stats().unwrap().pairs,
-            want.len() as u64,
-            "after step {after}: pairs"
+            stats.pairs_with_deadline, with_deadline as u64,
+            "after step {after}: pairs with a deadline"
         );
         if let Some((snap, model)) = &self.snapshot {
             assert_eq!(snap.len().unwrap(), live(model, now).len() as u64);

@@ -199,14 +199,17 @@ pub fn render(shared: &Shared, sections: &[Vec<u8>]) -> String {
         Err(e) => vec![("stats_error", e.to_string().replace(['\r', '\n'], " "))],
     };
     section("Kivi", kivi);
-    // The engine's pair count, expired keys left out. `expires` and
-    // `avg_ttl` are 0: the engine keeps no count of the keys that hold a
-    // deadline (finding it would walk every subtree holding one).
+    // The engine's counts, expired keys left out: pairs, and of those the
+    // ones with a deadline. `avg_ttl` is 0, as Redis has it before its
+    // expiry cycle has sampled any key: kivi samples none.
     section(
         "Keyspace",
-        st.map(|st| ("db0", format!("keys={},expires=0,avg_ttl=0", st.pairs)))
-            .into_iter()
-            .collect(),
+        st.map(|st| {
+            let (keys, expires) = (st.pairs, st.pairs_with_deadline);
+            ("db0", format!("keys={keys},expires={expires},avg_ttl=0"))
+        })
+        .into_iter()
+        .collect(),
     );
     out
 }

@@ -197,6 +197,21 @@ def test_keyspace_db0_keys_is_dbsize(server):  # noqa: F811
     db0 = r.info("keyspace")["db0"]
     assert db0["keys"] == r.dbsize() == 27
     assert db0["expires"] == 0 and db0["avg_ttl"] == 0
+    # Keys with a deadline are `expires`; an expired one is in neither
+    # count, a PERSIST takes one out, a plain SET drops the deadline.
+    r.expire("k4", 1000)
+    r.set("k5", "v", ex=1000)
+    r.set("k6", "v", px=1)
+    r.set("new", "v", ex=1000)
+    r.setex("k7", 1000, "v")
+    time.sleep(0.05)
+    db0 = r.info("keyspace")["db0"]
+    assert (db0["keys"], db0["expires"]) == (r.dbsize(), 4) == (27, 4)
+    r.persist("k4")
+    r.set("k5", "plain")
+    r.delete("k7")
+    db0 = r.info("keyspace")["db0"]
+    assert (db0["keys"], db0["expires"]) == (26, 1)
 
 
 def test_config_get_answers_what_the_server_does(server):  # noqa: F811

@@ -18,7 +18,7 @@ const PATCH_CHAIN_MAX: usize = 8;
 use crate::page::shortest_separator;
 use crate::pager::Pager;
 use crate::read::leaf_entries;
-use kivi_log::{Deadline, Error, OpRef};
+use kivi_log::{Deadline, Error, OpRef, NO_DEADLINE};
 use std::sync::Arc;
 
 /// Shape parameters of the tree.
@@ -70,6 +70,9 @@ pub struct Applied {
     pub root: Option<Arc<Node>>,
     /// Change in the number of pairs.
     pub pairs_delta: i64,
+    /// Change in the number of values that carry a deadline (expired or
+    /// not): what keeps a count of them without walking the tree.
+    pub deadlines_delta: i64,
     /// Memory held by the nodes this batch created.
     pub new_bytes: usize,
 }
@@ -115,6 +118,7 @@ struct Ctx<'a> {
     pager: &'a Pager,
     cfg: &'a TreeConfig,
     pairs_delta: i64,
+    deadlines_delta: i64,
     new_bytes: usize,
     /// Whether this node may split its children's work with a second thread
     /// (only the root does, once per batch).
@@ -147,6 +151,7 @@ pub fn apply(
         pager,
         cfg,
         pairs_delta: 0,
+        deadlines_delta: 0,
         new_bytes: 0,
         parallel: cfg.parallel && ops.len() >= PARALLEL_MIN_OPS,
     };
@@ -161,10 +166,15 @@ pub fn apply(
                 }
             }
             ctx.pairs_delta = entries.len() as i64;
+            ctx.deadlines_delta = entries
+                .iter()
+                .filter(|(_, e)| e.deadline() != NO_DEADLINE)
+                .count() as i64;
             if entries.is_empty() {
                 return Ok(Applied {
                     root: None,
                     pairs_delta: 0,
+                    deadlines_delta: 0,
                     new_bytes: 0,
                 });
             }
@@ -175,6 +185,7 @@ pub fn apply(
                 return Ok(Applied {
                     root: Some(r.clone()),
                     pairs_delta: 0,
+                    deadlines_delta: 0,
                     new_bytes: 0,
                 })
             }
@@ -186,6 +197,7 @@ pub fn apply(
     Ok(Applied {
         root,
         pairs_delta: ctx.pairs_delta,
+        deadlines_delta: ctx.deadlines_delta,
         new_bytes: ctx.new_bytes,
     })
 }
@@ -348,6 +360,7 @@ impl<'a> Ctx<'a> {
         let LeafEdits {
             edits,
             live,
+            deadlines,
             deletes,
             size,
         } = leaf_edits(node, base, delta, ops, bigs);
@@ -355,6 +368,7 @@ impl<'a> Ctx<'a> {
             return Change::Same;
         }
         self.pairs_delta += live;
+        self.deadlines_delta += deadlines;
 
         let delta_len = delta.map_or(0, |d| d.len());
         let tombstones = delta.map_or(0, |d| d.tombstones())
@@ -550,16 +564,18 @@ impl<'a> Ctx<'a> {
                     pager,
                     cfg,
                     pairs_delta: 0,
+                    deadlines_delta: 0,
                     new_bytes: 0,
                     parallel: false,
                 };
                 ctx.apply_groups(node, ops, bigs, first)
-                    .map(|c| (c, ctx.pairs_delta, ctx.new_bytes))
+                    .map(|c| (c, ctx.pairs_delta, ctx.deadlines_delta, ctx.new_bytes))
             },
             || self.apply_groups(node, ops, bigs, second),
         );
-        let (mut changes, pairs_delta, new_bytes) = theirs?;
+        let (mut changes, pairs_delta, deadlines_delta, new_bytes) = theirs?;
         self.pairs_delta += pairs_delta;
+        self.deadlines_delta += deadlines_delta;
         self.new_bytes += new_bytes;
         changes.extend(mine?);
         Ok(changes)
@@ -888,6 +904,8 @@ fn into_ref(slot: Slot) -> ChildRef {
 struct LeafEdits<'a> {
     edits: Vec<(&'a [u8], Edit<'a>)>,
     live: i64,
+    /// Change in the values with a deadline.
+    deadlines: i64,
     deletes: bool,
     size: usize,
 }
@@ -902,6 +920,7 @@ fn leaf_edits<'a>(
     let mut edits: Vec<(&[u8], Edit<'_>)> = Vec::with_capacity(ops.len());
     let mut big_i = 0;
     let mut live = 0i64;
+    let mut deadlines = 0i64;
     let mut deletes = false;
     let mut size = node.size() as isize;
     for op in ops {
@@ -917,12 +936,15 @@ fn leaf_edits<'a>(
         let exists = current.is_some();
         if let Some(e) = current {
             size -= entry_size(key.len(), e) as isize;
+            // Replaced or deleted: its deadline goes with it.
+            deadlines -= i64::from(e.deadline() != NO_DEADLINE);
         }
         match op {
             &OpRef::Put(_, v, d) => {
                 if !exists {
                     live += 1;
                 }
+                deadlines += i64::from(d != NO_DEADLINE);
                 let v = value_ref(v, bigs, &mut big_i);
                 size += entry_size(key.len(), Entry::Value(v, d)) as isize;
                 edits.push((key, Edit::Put(v, d)));
@@ -940,6 +962,7 @@ fn leaf_edits<'a>(
     LeafEdits {
         edits,
         live,
+        deadlines,
         deletes,
         size: size.max(0) as usize,
     }

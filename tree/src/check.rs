@@ -8,6 +8,7 @@ use crate::leaf::{Entry, ValueRef};
 use crate::node::{Body, DiskRef, LeafBase, Node};
 use crate::pager::Pager;
 use crate::read::leaf_entries;
+use kivi_log::NO_DEADLINE;
 use std::sync::Arc;
 
 #[derive(Debug, Default, Clone)]
@@ -15,6 +16,8 @@ pub struct CheckReport {
     pub pages: u64,
     pub blobs: u64,
     pub pairs: u64,
+    /// Of the pairs, values with a deadline (expired or not).
+    pub deadlines: u64,
     /// Bytes of the pages and blobs reachable from the root.
     pub tree_bytes: u64,
     /// One line per problem, each naming where it is.
@@ -85,6 +88,7 @@ fn visit(
             }
             for (_, e) in entries.iter() {
                 report.pairs += 1;
+                report.deadlines += u64::from(e.deadline() != NO_DEADLINE);
                 if let Entry::Value(ValueRef::Big(b), _) = e {
                     report.blobs += 1;
                     let durable = pager.durable_generations();
@@ -201,6 +205,12 @@ fn visit_delta(
             ));
         }
         let in_base = base_entries.find(k).is_ok();
+        // The base's entry for `k` was counted with the base; a change
+        // replaces it.
+        if let Ok(i) = base_entries.find(k) {
+            report.deadlines -= u64::from(base_entries.entry(i).deadline() != NO_DEADLINE);
+        }
+        report.deadlines += u64::from(e.deadline() != NO_DEADLINE);
         match e {
             Entry::Tombstone => report.pairs -= u64::from(in_base),
             Entry::Value(v, _) => {

@@ -34,6 +34,8 @@ struct Harness {
     cfg: TreeConfig,
     root: Option<Arc<Node>>,
     pairs: i64,
+    /// Values with a deadline, kept from `Applied::deadlines_delta`.
+    deadlines_count: i64,
     generation: u64,
     next_segment: u64,
     /// A checkpoint written but not yet durable: its generation, what it
@@ -54,6 +56,7 @@ impl Harness {
             cfg,
             root: None,
             pairs: 0,
+            deadlines_count: 0,
             generation: 0,
             next_segment: 1,
             in_flight: None,
@@ -72,6 +75,7 @@ impl Harness {
         let out = apply(&self.pager, &self.cfg, self.root.as_ref(), &refs).unwrap();
         self.root = out.root;
         self.pairs += out.pairs_delta;
+        self.deadlines_count += out.deadlines_delta;
         if let Some(f) = &mut self.in_flight {
             f.3 = true;
         }
@@ -226,6 +230,14 @@ impl Harness {
 
     fn assert_matches(&self, model: &BTreeMap<Vec<u8>, Vec<u8>>, probes: &[Vec<u8>]) {
         assert_eq!(self.pairs, model.len() as i64, "pair count");
+        let with_deadline = model
+            .values()
+            .filter(|v| self.deadline_of(v) != NO_DEADLINE)
+            .count();
+        assert_eq!(
+            self.deadlines_count, with_deadline as i64,
+            "values with a deadline"
+        );
         let all: Vec<_> = model.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         assert_eq!(self.scan_forward(None), all, "forward scan");
         let mut rev = all.clone();
@@ -272,6 +284,10 @@ impl Harness {
             let report = check_tree(&self.pager, root);
             assert!(report.problems.is_empty(), "{:?}", report.problems);
             assert_eq!(report.pairs, model.len() as u64);
+            assert_eq!(
+                report.deadlines as i64, self.deadlines_count,
+                "deadlines checked"
+            );
         }
     }
 }

@@ -63,8 +63,8 @@ pub(crate) use spare_arrays::SpareArrays;
 pub(crate) use walk::WalkPosition;
 
 use filter::Filter;
-use kivi_log::{Deadline, OpRef};
-use run::{Entry, Run, TREE_ABSENT, TREE_PRESENT};
+use kivi_log::{Deadline, OpRef, NO_DEADLINE};
+use run::{Entry, Run, TREE_ABSENT, TREE_PRESENT, TREE_PRESENT_DEADLINE};
 use std::ops::Bound;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -114,6 +114,19 @@ pub(crate) enum Lookup {
     Deleted,
     /// The value was copied out; it has this deadline.
     Found(Deadline),
+}
+
+/// Whether a key is in the tree under a buffer (`None`: absent), and its
+/// value's deadline; for `counts_delta`.
+pub(crate) type InTree<'a, E> = dyn FnMut(&[u8]) -> Result<Option<Deadline>, E> + 'a;
+
+/// What a write buffer changes in its tree's counts (`counts_delta`).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CountsDelta {
+    /// Pairs.
+    pub pairs: i64,
+    /// Values with a deadline, expired or not.
+    pub deadlines: i64,
 }
 
 /// The commits after the tree's, as one version sees them. Cheap to clone
@@ -269,32 +282,37 @@ impl WriteBuffer {
         n
     }
 
-    /// The change the buffer makes to the tree's pair count: keys it holds
-    /// that the tree does not, minus keys it deleted that the tree holds.
-    /// `in_tree` answers for the tree under the buffer (which never changes
-    /// while the buffer lives); each answer is kept on the write, so
+    /// The change the buffer makes to the tree's counts: keys it holds
+    /// that the tree does not, minus keys it deleted that the tree holds;
+    /// and values with a deadline it holds, minus the tree's it replaced or
+    /// deleted. `in_tree` answers for the tree under the buffer (which
+    /// never changes while the buffer lives): `None` if the key is absent,
+    /// else its value's deadline. Each answer is kept on the write, so
     /// counting again costs a walk over the buffer, not a tree lookup per
     /// key.
-    pub fn pairs_delta<E>(
+    pub fn counts_delta<E>(
         &self,
-        in_tree: &mut dyn FnMut(&[u8]) -> Result<bool, E>,
-    ) -> Result<i64, E> {
-        let mut delta = 0i64;
+        in_tree: &mut InTree<'_, E>,
+    ) -> Result<CountsDelta, E> {
+        let mut delta = CountsDelta::default();
         let mut walk = Walk::new(&self.runs, Bound::Unbounded, Bound::Unbounded, true);
         while let Some(m) = walk.next() {
-            let present = match m.tree {
-                TREE_PRESENT => true,
-                TREE_ABSENT => false,
+            let tree = match m.tree {
+                TREE_ABSENT | TREE_PRESENT | TREE_PRESENT_DEADLINE => m.tree,
                 _ => {
-                    let present = in_tree(m.run.key(m.at))?;
-                    m.run.entries[m.at].tree.store(
-                        if present { TREE_PRESENT } else { TREE_ABSENT },
-                        Ordering::Relaxed,
-                    );
-                    present
+                    let tree = match in_tree(m.run.key(m.at))? {
+                        None => TREE_ABSENT,
+                        Some(NO_DEADLINE) => TREE_PRESENT,
+                        Some(_) => TREE_PRESENT_DEADLINE,
+                    };
+                    m.run.entries[m.at].tree.store(tree, Ordering::Relaxed);
+                    tree
                 }
             };
-            delta += i64::from(m.run.value(m.at).is_some()) - i64::from(present);
+            let value = m.run.value(m.at);
+            delta.pairs += i64::from(value.is_some()) - i64::from(tree != TREE_ABSENT);
+            delta.deadlines += i64::from(value.is_some_and(|(_, d)| d != NO_DEADLINE))
+                - i64::from(tree == TREE_PRESENT_DEADLINE);
         }
         Ok(delta)
     }
@@ -427,6 +445,16 @@ mod tests {
         key.last().is_some_and(|b| b % 2 == 0)
     }
 
+    /// The tree under the buffers: the even keys, every other one of them
+    /// with a deadline.
+    fn tree_entry(key: &[u8]) -> Option<Deadline> {
+        match key.last() {
+            Some(b) if b % 4 == 0 => Some(1_000),
+            Some(b) if b % 2 == 0 => Some(NO_DEADLINE),
+            _ => None,
+        }
+    }
+
     proptest! {
         #[test]
         fn matches_a_model_at_every_commit(commits in prop::collection::vec(prop::collection::vec(op(), 1..12), 1..40)) {
@@ -497,15 +525,22 @@ mod tests {
                     })
                     .count() as u64;
                 prop_assert_eq!(b.expired_puts(NOW), want_expired);
-                // The pair count against a tree that holds the even keys,
+                // The counts against a tree that holds the even keys,
                 // twice: the second time from the notes the first left.
-                let want_delta: i64 = model
+                let want_pairs: i64 = model
                     .iter()
                     .map(|(k, v)| i64::from(v.is_some()) - i64::from(in_tree(k)))
                     .sum();
+                let want_deadlines: i64 = model
+                    .iter()
+                    .map(|(k, v)| {
+                        i64::from(v.as_ref().is_some_and(|v| deadline_of(v) != NO_DEADLINE))
+                            - i64::from(tree_entry(k).is_some_and(|d| d != NO_DEADLINE))
+                    })
+                    .sum();
                 for _ in 0..2 {
-                    let delta = b.pairs_delta::<()>(&mut |k| Ok(in_tree(k))).unwrap();
-                    prop_assert_eq!(delta, want_delta);
+                    let delta = b.counts_delta::<()>(&mut |k| Ok(tree_entry(k))).unwrap();
+                    prop_assert_eq!(delta, CountsDelta { pairs: want_pairs, deadlines: want_deadlines });
                 }
                 let newest: Vec<BufferedPair> = b.with_newest(|newest| {
                     newest

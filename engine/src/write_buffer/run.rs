@@ -35,7 +35,10 @@ const HAS_DEADLINE: u32 = 1 << 31;
 /// the entries that were visible then.
 const TREE_UNKNOWN: u8 = 0;
 pub(super) const TREE_ABSENT: u8 = 1;
+/// In the tree, without a deadline.
 pub(super) const TREE_PRESENT: u8 = 2;
+/// In the tree, with a deadline (expired or not).
+pub(super) const TREE_PRESENT_DEADLINE: u8 = 3;
 
 /// One write in a run. Its key's head is in the run's `heads`, at the same
 /// index; its key and value bytes lie one after the other in one of the
@@ -47,7 +50,8 @@ pub(super) struct Entry {
     key_len: u32,
     /// `DELETED` for a delete.
     value_len: u32,
-    /// `TREE_UNKNOWN`, `TREE_ABSENT` or `TREE_PRESENT`.
+    /// `TREE_UNKNOWN`, `TREE_ABSENT`, `TREE_PRESENT` or
+    /// `TREE_PRESENT_DEADLINE`.
     pub(super) tree: AtomicU8,
 }
 
