@@ -7,6 +7,7 @@
 //! again until no other write came between.
 
 use super::glob;
+use super::parser::Args;
 use super::random_key;
 use super::reply::Reply;
 use super::scripts;
@@ -239,7 +240,7 @@ fn expiry_option(name: &str, amount: &[u8], now: u64, cmd: &str) -> Option<Resul
     Some(deadline_of(amount, unit, absolute, now, cmd))
 }
 
-pub(crate) fn set_options(args: &[Vec<u8>], now: u64) -> Result<SetOptions, Reply> {
+pub(crate) fn set_options(args: Args<'_>, now: u64) -> Result<SetOptions, Reply> {
     let mut o = SetOptions {
         nx: false,
         xx: false,
@@ -251,7 +252,7 @@ pub(crate) fn set_options(args: &[Vec<u8>], now: u64) -> Result<SetOptions, Repl
     // Compared without allocating: SET with EX is a pipelined hot path.
     let is = |a: &[u8], name: &str| a.eq_ignore_ascii_case(name.as_bytes());
     while i < args.len() {
-        let a = args[i].as_slice();
+        let a = args.get(i);
         if is(a, "NX") {
             o.nx = true;
         } else if is(a, "XX") {
@@ -352,11 +353,12 @@ pub(crate) fn expire_flags(args: &[Vec<u8>]) -> Result<ExpireFlags, Reply> {
 /// before it reaches the store.
 /// Expiry options count from `clock`'s time, read only when there are some.
 pub fn write_plan(
-    args: &mut [Vec<u8>],
+    args: Args<'_>,
     clock: &kivi::Clock,
 ) -> Option<Result<(WriteBatch, Answer), Reply>> {
-    // The hot path of pipelined writes: no allocation to find the command,
-    // and keys and values are moved, not copied, into the batch.
+    // The hot path of pipelined writes: no allocation to find the command
+    // or read its options; keys and values are copied once, from the bytes
+    // read into the batch.
     const WRITES: [&str; 7] = ["SET", "SETNX", "MSET", "CAS", "CAD", "SETEX", "PSETEX"];
     let cmd = *WRITES
         .iter()
@@ -366,11 +368,11 @@ pub fn write_plan(
         return Some(Err(wrong_args(cmd)));
     }
     let mut b = WriteBatch::new();
-    let take = |args: &mut [Vec<u8>], i: usize| std::mem::take(&mut args[i]);
+    let take = |args: Args<'_>, i: usize| args[i].to_vec();
     let built: kivi::Result<Answer> = match cmd {
         "SET" => {
             let now = if n > 3 { clock.now_millis() } else { 0 };
-            let o = match set_options(&args[3..], now) {
+            let o = match set_options(args.from(3), now) {
                 Ok(o) => o,
                 Err(r) => return Some(Err(r)),
             };
@@ -405,13 +407,9 @@ pub fn write_plan(
         "SETNX" => b
             .insert_if_absent(take(args, 1), take(args, 2))
             .map(|_| int_outcome as Answer),
-        "MSET" => args[1..]
-            .chunks_mut(2)
-            .try_for_each(|kv| {
-                let (k, v) = kv.split_at_mut(1);
-                b.put(std::mem::take(&mut k[0]), std::mem::take(&mut v[0]))
-                    .map(|_| ())
-            })
+        "MSET" => (1..n)
+            .step_by(2)
+            .try_for_each(|i| b.put(args[i].to_vec(), args[i + 1].to_vec()).map(|_| ()))
             .map(|_| (|_| Reply::ok()) as Answer),
         "CAS" => b
             .compare_and_swap(take(args, 1), take(args, 2), take(args, 3))
@@ -597,16 +595,32 @@ pub(crate) fn not_an_integer() -> Reply {
 }
 
 pub(crate) fn parse_i64(b: &[u8]) -> Option<i64> {
-    let s = std::str::from_utf8(b).ok()?;
-    // Redis refuses "+1", " 1" and "01"; so does this.
-    if s.is_empty()
-        || s.starts_with('+')
-        || (s.len() > 1 && s.starts_with('0'))
-        || s.starts_with("-0")
-    {
-        return None;
+    // By hand, without a UTF-8 check first: SET's EX amount is on the hot
+    // path of pipelined writes.
+    let (negative, digits) = match b {
+        [b'-', rest @ ..] => (true, rest),
+        _ => (false, b),
+    };
+    // Redis refuses "+1", " 1", "01" and "-0"; so does this.
+    match digits {
+        [] | [b'0', _, ..] => return None,
+        [b'0'] if negative => return None,
+        _ => {}
     }
-    s.parse().ok()
+    let mut n: i64 = 0;
+    for &d in digits {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        let d = i64::from(d - b'0');
+        n = n.checked_mul(10)?;
+        n = if negative {
+            n.checked_sub(d)?
+        } else {
+            n.checked_add(d)?
+        };
+    }
+    Some(n)
 }
 
 /// SCAN cursor [MATCH pattern] [COUNT n] [TYPE type]. Cursors are numbers
@@ -874,13 +888,39 @@ mod tests {
             assert!(arity(cmd.to_ascii_lowercase().as_bytes()).is_some());
         }
         assert!(arity(b"FLUSHEVERYTHING").is_none());
-        let mut args = vec![b"mset".to_vec(), b"k".to_vec()];
-        match write_plan(&mut args, &kivi::Clock::system()) {
+        let args = vec![b"mset".to_vec(), b"k".to_vec()];
+        match write_plan(Args::Owned(&args), &kivi::Clock::system()) {
             Some(Err(r)) => assert_eq!(
                 r,
                 Reply::err("wrong number of arguments for 'mset' command")
             ),
             _ => panic!("MSET k is refused"),
+        }
+    }
+
+    #[test]
+    fn integers_parse_as_redis_reads_them() {
+        for (text, want) in [
+            ("0", Some(0)),
+            ("7", Some(7)),
+            ("-7", Some(-7)),
+            ("3600", Some(3600)),
+            ("9223372036854775807", Some(i64::MAX)),
+            ("-9223372036854775808", Some(i64::MIN)),
+            ("9223372036854775808", None),
+            ("-9223372036854775809", None),
+            ("", None),
+            ("-", None),
+            ("+1", None),
+            (" 1", None),
+            ("1 ", None),
+            ("01", None),
+            ("-0", None),
+            ("-01", None),
+            ("1e3", None),
+            ("١", None),
+        ] {
+            assert_eq!(parse_i64(text.as_bytes()), want, "{text:?}");
         }
     }
 }

@@ -21,6 +21,7 @@ use crate::listen::Stream;
 use crate::Shared;
 use commands::{Answer, Session};
 use kivi::WriteOutcome;
+use parser::Args;
 use reply::Reply;
 use std::collections::VecDeque;
 use std::ops::ControlFlow;
@@ -90,7 +91,7 @@ const MAX_GETS_AT_ONCE: usize = 256;
 /// A GET that can be gathered: a key too long to be stored is refused by
 /// the lookup, and alone, so it goes the way of any other command (else its
 /// error would be every gathered GET's).
-fn is_plain_get(args: &[Vec<u8>]) -> bool {
+fn is_plain_get(args: Args<'_>) -> bool {
     args[0].eq_ignore_ascii_case(b"GET")
         && commands::arity(b"GET").is_some_and(|a| a.allows(args.len()))
         && args[1].len() <= kivi::limits::MAX_KEY_LEN
@@ -183,6 +184,8 @@ pub async fn serve(mut stream: Box<dyn Stream>, peer: String, shared: Arc<Shared
     let mut writes: Vec<(kivi::WriteBatch, Done)> = Vec::new();
     let mut group: Option<(kivi::WriteBatch, usize)> = None;
     let mut gets: Vec<Vec<u8>> = Vec::new();
+    // Where the arguments of the command being parsed lie in `buf`.
+    let mut spans: Vec<parser::Span> = Vec::new();
     // Commands read and not yet added to `total_commands_processed`: added
     // once per read rather than once per command, so pipelined commands
     // do not all touch the one shared counter.
@@ -192,7 +195,8 @@ pub async fn serve(mut stream: Box<dyn Stream>, peer: String, shared: Arc<Shared
         let mut need = None;
         let mut fatal = None;
         loop {
-            let mut parsed = match parser::parse(&buf[used..]) {
+            let frame = &buf[used..];
+            let parsed = match parser::parse(frame, &mut spans) {
                 Ok(Ok(p)) => p,
                 Ok(Err(n)) => {
                     need = n;
@@ -204,7 +208,8 @@ pub async fn serve(mut stream: Box<dyn Stream>, peer: String, shared: Arc<Shared
                 }
             };
             used += parsed.len;
-            if parsed.args.is_empty() {
+            let args = Args::of(&parsed, frame, &spans);
+            if args.is_empty() {
                 continue;
             }
             uncounted += 1;
@@ -212,9 +217,9 @@ pub async fn serve(mut stream: Box<dyn Stream>, peer: String, shared: Arc<Shared
             // queued, not run (MULTI answered everything before it, so
             // nothing else is pending but replies).
             if let Some(tx) = &mut session.multi {
-                if !transaction::controls_transaction(&parsed.args[0]) {
+                if !transaction::controls_transaction(&args[0]) {
                     debug_assert!(gets.is_empty() && group.is_none() && writes.is_empty());
-                    let reply = transaction::queue(tx, std::mem::take(&mut parsed.args));
+                    let reply = transaction::queue(tx, args.to_vecs());
                     slots.push_back(Slot::Ready(reply));
                     if slots.len() >= MAX_PIPELINE {
                         settle(&mut slots, &mut out, session.resp3).await;
@@ -224,23 +229,19 @@ pub async fn serve(mut stream: Box<dyn Stream>, peer: String, shared: Arc<Shared
             }
             // A GET with nothing of this connection's still unanswered
             // before it waits to be looked up with the GETs after it.
-            if is_plain_get(&parsed.args)
-                && slots.is_empty()
-                && group.is_none()
-                && writes.is_empty()
-            {
+            if is_plain_get(args) && slots.is_empty() && group.is_none() && writes.is_empty() {
                 if gets.len() == MAX_GETS_AT_ONCE
                     && !answer_gets(&shared, &mut stream, &mut gets, &mut out, session.resp3).await
                 {
                     return;
                 }
-                gets.push(std::mem::take(&mut parsed.args[1]));
+                gets.push(args[1].to_vec());
                 continue;
             }
             if !answer_gets(&shared, &mut stream, &mut gets, &mut out, session.resp3).await {
                 return;
             }
-            match commands::write_plan(&mut parsed.args, shared.db.clock()) {
+            match commands::write_plan(args, shared.db.clock()) {
                 Some(Ok((batch, _))) if !batch.has_conditions() => match &mut group {
                     Some((g, n)) if g.size_bytes() + batch.size_bytes() <= MAX_GROUP_BYTES => {
                         g.append(batch)
@@ -275,7 +276,7 @@ pub async fn serve(mut stream: Box<dyn Stream>, peer: String, shared: Arc<Shared
                     // counts a command once it has run.
                     Counters::add(&shared.counters.commands_processed, uncounted - 1);
                     uncounted = 1;
-                    let reply = commands::execute(&shared, &mut session, parsed.args).await;
+                    let reply = commands::execute(&shared, &mut session, args.to_vecs()).await;
                     reply.write(&mut out, session.resp3);
                     if session.quit {
                         break;

@@ -28,24 +28,100 @@ pub enum ProtocolError {
     MissingCrlf,
 }
 
-/// One parsed command and the bytes it took.
+/// One parsed command: the bytes it took, and for an inline command its
+/// words, unquoted. An array's arguments are not copied: the parser
+/// records where each lies in the buffer (`spans`), and [`Args`] reads
+/// them there.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Parsed {
-    pub args: Vec<Vec<u8>>,
     pub len: usize,
+    pub inline: Option<Vec<Vec<u8>>>,
 }
+
+/// Where one argument of an array lies in the bytes parsed.
+pub type Span = std::ops::Range<usize>;
 
 /// How many more bytes the command at the front needs, when known: lets
 /// the reader size its buffer for a large bulk string once.
 pub type Need = Option<usize>;
 
 /// The command at the front of `buf`, `Ok(Err(need))` if it is not all
-/// there yet.
-pub fn parse(buf: &[u8]) -> Result<Result<Parsed, Need>, ProtocolError> {
+/// there yet. An array's arguments are left in `spans` (cleared first),
+/// each a range of `buf`.
+pub fn parse(buf: &[u8], spans: &mut Vec<Span>) -> Result<Result<Parsed, Need>, ProtocolError> {
+    spans.clear();
     match buf.first() {
         None => Ok(Err(None)),
-        Some(b'*') => parse_array(buf),
+        Some(b'*') => parse_array(buf, spans),
         Some(_) => parse_inline(buf),
+    }
+}
+
+/// A command's arguments, wherever they lie: in the bytes read (an array,
+/// by spans) or in vectors of their own (an inline command, or a command
+/// held for later). Cheap to copy.
+#[derive(Clone, Copy, Debug)]
+pub enum Args<'a> {
+    Wire { buf: &'a [u8], spans: &'a [Span] },
+    Owned(&'a [Vec<u8>]),
+}
+
+impl<'a> Args<'a> {
+    /// The arguments of `parsed`, parsed from `buf` into `spans`.
+    pub fn of(parsed: &'a Parsed, buf: &'a [u8], spans: &'a [Span]) -> Args<'a> {
+        match &parsed.inline {
+            Some(words) => Args::Owned(words),
+            None => Args::Wire { buf, spans },
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        match self {
+            Args::Wire { spans, .. } => spans.len(),
+            Args::Owned(v) => v.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Argument `i`; panics past the end, as a slice does.
+    pub fn get(&self, i: usize) -> &'a [u8] {
+        match *self {
+            Args::Wire { buf, spans } => &buf[spans[i].clone()],
+            Args::Owned(v) => &v[i],
+        }
+    }
+
+    /// The arguments from `from` on.
+    pub fn from(&self, from: usize) -> Args<'a> {
+        match *self {
+            Args::Wire { buf, spans } => Args::Wire {
+                buf,
+                spans: &spans[from..],
+            },
+            Args::Owned(v) => Args::Owned(&v[from..]),
+        }
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &'a [u8]> + 'a {
+        let this = *self;
+        (0..this.len()).map(move |i| this.get(i))
+    }
+
+    /// Each argument copied into a vector of its own: for a command that
+    /// is kept (queued in a transaction) or runs off the hot path.
+    pub fn to_vecs(&self) -> Vec<Vec<u8>> {
+        self.iter().map(<[u8]>::to_vec).collect()
+    }
+}
+
+impl std::ops::Index<usize> for Args<'_> {
+    type Output = [u8];
+
+    fn index(&self, i: usize) -> &[u8] {
+        self.get(i)
     }
 }
 
@@ -63,11 +139,29 @@ fn line(buf: &[u8], at: usize) -> Result<Option<(&[u8], usize)>, ProtocolError> 
     }
 }
 
+/// A decimal number as RESP headers write it (an optional `-`, digits), by
+/// hand: headers come before every argument, and `str::parse` wants UTF-8
+/// checked first.
 fn number(digits: &[u8]) -> Option<i64> {
-    std::str::from_utf8(digits).ok()?.parse().ok()
+    let (negative, digits) = match digits.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, digits),
+    };
+    if digits.is_empty() || digits.len() > 18 {
+        return None;
+    }
+    let mut n: i64 = 0;
+    for &d in digits {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        // At most 18 digits: no overflow.
+        n = n * 10 + i64::from(d - b'0');
+    }
+    Some(if negative { -n } else { n })
 }
 
-fn parse_array(buf: &[u8]) -> Result<Result<Parsed, Need>, ProtocolError> {
+fn parse_array(buf: &[u8], spans: &mut Vec<Span>) -> Result<Result<Parsed, Need>, ProtocolError> {
     let Some((head, mut at)) = line(buf, 0)? else {
         return Ok(Err(None));
     };
@@ -78,11 +172,10 @@ fn parse_array(buf: &[u8]) -> Result<Result<Parsed, Need>, ProtocolError> {
     if n <= 0 {
         // An empty (or null) array: nothing to run; skip it.
         return Ok(Ok(Parsed {
-            args: Vec::new(),
             len: at,
+            inline: None,
         }));
     }
-    let mut args = Vec::with_capacity((n as usize).min(1024));
     for _ in 0..n {
         let Some((h, body)) = line(buf, at)? else {
             return Ok(Err(None));
@@ -107,10 +200,13 @@ fn parse_array(buf: &[u8]) -> Result<Result<Parsed, Need>, ProtocolError> {
         if &buf[body + len..end] != b"\r\n" {
             return Err(ProtocolError::MissingCrlf);
         }
-        args.push(buf[body..body + len].to_vec());
+        spans.push(body..body + len);
         at = end;
     }
-    Ok(Ok(Parsed { args, len: at }))
+    Ok(Ok(Parsed {
+        len: at,
+        inline: None,
+    }))
 }
 
 /// An inline command: words separated by spaces, with "double" (escapes
@@ -200,12 +296,27 @@ fn parse_inline(buf: &[u8]) -> Result<Result<Parsed, Need>, ProtocolError> {
         }
         args.push(word);
     }
-    Ok(Ok(Parsed { args, len: next }))
+    Ok(Ok(Parsed {
+        len: next,
+        inline: Some(args),
+    }))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A command's arguments, copied out, and the bytes it took.
+    type Command = (Vec<Vec<u8>>, usize);
+
+    /// `parse`, with the arguments copied out.
+    fn parse(buf: &[u8]) -> Result<Result<Command, Need>, ProtocolError> {
+        let mut spans = Vec::new();
+        Ok(super::parse(buf, &mut spans)?.map(|p| {
+            let args = Args::of(&p, buf, &spans).to_vecs();
+            (args, p.len)
+        }))
+    }
 
     fn args(v: &[&str]) -> Vec<Vec<u8>> {
         v.iter().map(|s| s.as_bytes().to_vec()).collect()
@@ -217,21 +328,54 @@ mod tests {
         let first = 31;
         assert_eq!(
             parse(wire),
-            Ok(Ok(Parsed {
-                args: vec![b"SET".to_vec(), b"k".to_vec(), b"va\r\nl".to_vec()],
-                len: first
-            }))
+            Ok(Ok((
+                vec![b"SET".to_vec(), b"k".to_vec(), b"va\r\nl".to_vec()],
+                first
+            )))
         );
         for cut in 0..first {
             assert!(matches!(parse(&wire[..cut]), Ok(Err(_))), "cut at {cut}");
         }
         assert_eq!(
             parse(&wire[first..]),
-            Ok(Ok(Parsed {
-                args: args(&["PING"]),
-                len: wire.len() - first
-            }))
+            Ok(Ok((args(&["PING"]), wire.len() - first)))
         );
+    }
+
+    #[test]
+    fn args_read_the_same_from_the_wire_and_from_vectors() {
+        let wire = b"*4\r\n$3\r\nSET\r\n$1\r\nk\r\n$0\r\n\r\n$2\r\nEX\r\n";
+        let mut spans = Vec::new();
+        let p = super::parse(wire, &mut spans).unwrap().unwrap();
+        let on_wire = Args::of(&p, wire, &spans);
+        let owned = args(&["SET", "k", "", "EX"]);
+        for a in [on_wire, Args::Owned(&owned)] {
+            assert_eq!((a.len(), a.is_empty()), (4, false));
+            assert_eq!(
+                (&a[0], a.get(2), &a[3]),
+                (&b"SET"[..], &b""[..], &b"EX"[..])
+            );
+            assert_eq!(a.from(1).to_vecs(), owned[1..].to_vec());
+            assert_eq!(a.iter().map(<[u8]>::len).sum::<usize>(), 6);
+        }
+    }
+
+    #[test]
+    fn numbers_are_decimal_and_bounded() {
+        assert_eq!(number(b"0"), Some(0));
+        assert_eq!(number(b"-1"), Some(-1));
+        assert_eq!(number(b"123456789012345678"), Some(123_456_789_012_345_678));
+        for bad in [
+            &b""[..],
+            b"-",
+            b"+1",
+            b"1x",
+            b" 1",
+            b"1234567890123456789",
+            b"\xff",
+        ] {
+            assert_eq!(number(bad), None, "{bad:?}");
+        }
     }
 
     #[test]
@@ -266,11 +410,11 @@ mod tests {
 
     #[test]
     fn inline_commands_split_and_unquote() {
-        let p = parse(b"set \"a b\\x41\\n\" 'it\\'s'  x\r\n")
+        let (words, _) = parse(b"set \"a b\\x41\\n\" 'it\\'s'  x\r\n")
             .unwrap()
             .unwrap();
         assert_eq!(
-            p.args,
+            words,
             vec![
                 b"set".to_vec(),
                 b"a bA\n".to_vec(),
@@ -287,12 +431,6 @@ mod tests {
             Err(ProtocolError::UnbalancedQuotes)
         );
         assert_eq!(parse(b"ping"), Ok(Err(None)));
-        assert_eq!(
-            parse(b"\r\n"),
-            Ok(Ok(Parsed {
-                args: vec![],
-                len: 2
-            }))
-        );
+        assert_eq!(parse(b"\r\n"), Ok(Ok((vec![], 2))));
     }
 }

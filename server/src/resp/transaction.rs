@@ -25,6 +25,7 @@
 //! key. A whole evaluation decides expiry at one moment.
 
 use super::commands::{self, Arity};
+use super::parser::Args;
 use super::reply::Reply;
 use super::scripts;
 use crate::Shared;
@@ -467,7 +468,7 @@ impl State<'_> {
                 .collect::<Result<Vec<_>, _>>()
                 .map(Reply::Array),
             "SET" => {
-                let o = commands::set_options(&args[3..], self.now)?;
+                let o = commands::set_options(Args::Owned(&args[3..]), self.now)?;
                 value_ok(&args[2])?;
                 // A plain SET reads nothing, so it adds no condition.
                 let keep = matches!(o.ttl, commands::Ttl::Keep);
