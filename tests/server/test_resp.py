@@ -108,6 +108,33 @@ def test_redis_py_pipeline_and_scan(server):
     assert sorted(r.scan_iter(count=1000)) == [f"key:{i:05}".encode() for i in range(2000)]
 
 
+def test_a_long_pipeline_is_read_in_large_chunks_that_share_commits(server):
+    # 20,000 SETs (about 800 KB) sent before any answer is read: the
+    # connection's read buffer grows while reads fill it, so the commands
+    # share a few dozen group commits. Read 4 KiB at a time (about 100 of
+    # these commands), they took over 200, an fsync each.
+    import socket
+    r = redis.Redis(host=server.host, port=server.port)
+    before = r.info("stats")["kivi_group_commits"]
+    n = 20_000
+    wire = b"".join(
+        b"*3\r\n$3\r\nSET\r\n$9\r\nkey:%05d\r\n$9\r\nval:%05d\r\n" % (i, i)
+        for i in range(n)
+    )
+    with socket.create_connection((server.host, server.port)) as s:
+        s.sendall(wire)
+        want = b"+OK\r\n" * n
+        got = b""
+        while len(got) < len(want):
+            chunk = s.recv(1 << 16)
+            assert chunk, "the server closed the connection"
+            got += chunk
+        assert got == want
+    commits = r.info("stats")["kivi_group_commits"] - before
+    assert 1 <= commits <= 60, commits
+    assert r.get("key:19999") == b"val:19999" and r.dbsize() == n
+
+
 def test_redis_py_connection_pool_across_threads(server):
     import threading
 
