@@ -290,10 +290,7 @@ impl WriteBuffer {
     /// else its value's deadline. Each answer is kept on the write, so
     /// counting again costs a walk over the buffer, not a tree lookup per
     /// key.
-    pub fn counts_delta<E>(
-        &self,
-        in_tree: &mut InTree<'_, E>,
-    ) -> Result<CountsDelta, E> {
+    pub fn counts_delta<E>(&self, in_tree: &mut InTree<'_, E>) -> Result<CountsDelta, E> {
         let mut delta = CountsDelta::default();
         let mut walk = Walk::new(&self.runs, Bound::Unbounded, Bound::Unbounded, true);
         while let Some(m) = walk.next() {
