@@ -1127,3 +1127,29 @@ fn the_server_runs_without_transparent_huge_pages() {
         assert_eq!(line.split_whitespace().nth(1), Some("0"), "{line}");
     }
 }
+
+/// The server suite's own RESP workloads (`kivi bench --server`) run against
+/// `kivi serve`: their clients check every answer byte for byte, so they
+/// fail when kivi answers otherwise than Redis would.
+#[cfg(feature = "bench")]
+#[test]
+fn the_server_suites_resp_workloads_run_against_kivi_serve() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = Server::start(&tmp.path().join("store"));
+    // 8 connections, 50 transactions each, ten keys apiece.
+    let rate = kivi_bench::resp_workloads::multi_exec(&server.resp, 8, 400).unwrap();
+    assert!(rate > 0.0);
+    let mut c = Resp::connect(&server.resp);
+    assert_eq!(c.call(&[b"DBSIZE"]), Val::Int(4000));
+    assert_eq!(c.call(&[b"GET", b"tx:7:49:9"]), bulk("vvvvvvvvvvvvvvvv"));
+    // A second of keys living one second, watched for a second after.
+    let cache = kivi_bench::resp_workloads::expiring_cache(
+        &server.resp,
+        2000,
+        Duration::from_secs(1),
+        3,
+    )
+    .unwrap();
+    assert!(cache.rate > 1000.0, "{cache:?}");
+    assert!(cache.live_keys > 0 && cache.peak_files_per_live > 0.0, "{cache:?}");
+}
