@@ -150,6 +150,15 @@ fn upper(name: &[u8]) -> String {
     String::from_utf8_lossy(name).to_ascii_uppercase()
 }
 
+/// A command's name in upper case: borrowed, without an allocation, when
+/// the client sent it so (client libraries do).
+pub(crate) fn upper_name(name: &[u8]) -> std::borrow::Cow<'_, str> {
+    match std::str::from_utf8(name) {
+        Ok(s) if !s.bytes().any(|b| b.is_ascii_lowercase()) => std::borrow::Cow::Borrowed(s),
+        _ => std::borrow::Cow::Owned(upper(name)),
+    }
+}
+
 pub(crate) fn wrong_args(cmd: &str) -> Reply {
     Reply::err(format!(
         "wrong number of arguments for '{}' command",

@@ -132,17 +132,18 @@ pub fn controls_transaction(name: &[u8]) -> bool {
 /// Queues `args` in the open transaction and answers QUEUED, or refuses it
 /// (and marks the transaction aborted).
 pub fn queue(tx: &mut Transaction, args: Vec<Vec<u8>>) -> Reply {
-    let name = String::from_utf8_lossy(&args[0]).to_ascii_uppercase();
+    let name = commands::upper_name(&args[0]);
     let refused = match commands::arity(name.as_bytes()) {
         None => Some(commands::unknown(&args)),
         Some(a) if !a.allows(args.len()) => Some(commands::wrong_args(&name)),
-        Some(_) if !QUEUEABLE.contains(&name.as_str()) => Some(Reply::err(format!(
+        Some(_) if !QUEUEABLE.contains(&&*name) => Some(Reply::err(format!(
             "'{}' is not supported inside MULTI by kivi",
             name.to_ascii_lowercase()
         ))),
         Some(_) => None,
     };
     let bytes: usize = args.iter().map(|a| a.len()).sum();
+    drop(name);
     let refused = refused.or_else(|| {
         (tx.queued.len() >= MAX_QUEUED_COMMANDS || tx.bytes + bytes > MAX_QUEUED_BYTES).then(|| {
             Reply::err(format!(
@@ -339,7 +340,7 @@ fn evaluate(
         return Ok(Evaluated::ReadOnly(replies));
     }
     for (k, old) in &state.read {
-        if !guarded.contains(k.as_slice()) {
+        if !guarded.contains(k) {
             guard(&mut b, k, old).map_err(too_large)?;
         }
     }
@@ -361,50 +362,62 @@ fn evaluate(
 
 /// The store as the transaction sees it: the snapshot under its own writes,
 /// at one moment.
-struct State<'a> {
+/// Where a key's newest value in a transaction lies: what it read, or its
+/// latest write.
+#[derive(Clone, Copy)]
+enum At {
+    Read(usize),
+    Write(usize),
+}
+
+struct State<'a, 'q> {
     snap: &'a Snapshot,
     /// The moment expiry is decided at (milliseconds since the Unix epoch).
     now: u64,
     /// Each key's value after the transaction's writes so far (and every
-    /// key read, as read).
-    seen: HashMap<Vec<u8>, Option<Held>>,
+    /// key read, as read). Keys are borrowed from the queued commands, and
+    /// values are not copied: a transaction of SETs copies each key and
+    /// value once, into the batch.
+    seen: HashMap<&'q [u8], At>,
     /// Keys read from the snapshot before the transaction wrote them, and
     /// what they held: the commit's guards.
-    read: Vec<(Vec<u8>, Option<Held>)>,
-    writes: Vec<(Vec<u8>, Option<Held>)>,
+    read: Vec<(&'q [u8], Option<Held>)>,
+    writes: Vec<(&'q [u8], Option<Held>)>,
 }
 
-impl State<'_> {
+impl<'q> State<'_, 'q> {
     /// The value under `key` and its deadline, unless expired.
-    fn get_held(&mut self, key: &[u8]) -> Result<Option<Held>, Reply> {
+    fn get_held(&mut self, key: &'q [u8]) -> Result<Option<Held>, Reply> {
         let now = self.now;
         let live = |v: &Option<Held>| v.clone().filter(|(_, d)| d.is_none_or(|d| now <= d));
-        if let Some(v) = self.seen.get(key) {
-            return Ok(live(v));
+        match self.seen.get(key) {
+            Some(&At::Read(i)) => return Ok(live(&self.read[i].1)),
+            Some(&At::Write(i)) => return Ok(live(&self.writes[i].1)),
+            None => {}
         }
         let v = read(self.snap, now, key)?;
-        self.read.push((key.to_vec(), v.clone()));
-        self.seen.insert(key.to_vec(), v.clone());
+        self.seen.insert(key, At::Read(self.read.len()));
+        self.read.push((key, v.clone()));
         Ok(v)
     }
 
-    fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, Reply> {
+    fn get(&mut self, key: &'q [u8]) -> Result<Option<Vec<u8>>, Reply> {
         Ok(self.get_held(key)?.map(|(v, _)| v))
     }
 
     /// Writes `key` (`None`: deletes it).
-    fn set_held(&mut self, key: &[u8], value: Option<Held>) {
-        self.seen.insert(key.to_vec(), value.clone());
-        self.writes.push((key.to_vec(), value));
+    fn set_held(&mut self, key: &'q [u8], value: Option<Held>) {
+        self.seen.insert(key, At::Write(self.writes.len()));
+        self.writes.push((key, value));
     }
 
     /// Writes a value that never expires (`None`: deletes the key).
-    fn set(&mut self, key: &[u8], value: Option<Vec<u8>>) {
+    fn set(&mut self, key: &'q [u8], value: Option<Vec<u8>>) {
         self.set_held(key, value.map(|v| (v, None)));
     }
 
     /// Writes a value in place of the one under `key`, keeping its deadline.
-    fn replace(&mut self, key: &[u8], value: Vec<u8>) -> Result<(), Reply> {
+    fn replace(&mut self, key: &'q [u8], value: Vec<u8>) -> Result<(), Reply> {
         let deadline = self.get_held(key)?.and_then(|(_, d)| d);
         self.set_held(key, Some((value, deadline)));
         Ok(())
@@ -412,7 +425,7 @@ impl State<'_> {
 
     /// The remaining life of `key` as TTL and its kin answer it: -2 when
     /// absent, -1 without a deadline, else `of(deadline)`.
-    fn life(&mut self, key: &[u8], of: impl Fn(u64) -> i64) -> Result<Reply, Reply> {
+    fn life(&mut self, key: &'q [u8], of: impl Fn(u64) -> i64) -> Result<Reply, Reply> {
         Ok(Reply::Int(match self.get_held(key)? {
             None => -2,
             Some((_, None)) => -1,
@@ -422,20 +435,18 @@ impl State<'_> {
 
     /// One queued command: its reply, or its error (which, as in Redis,
     /// does not stop the others).
-    fn run(&mut self, args: &[Vec<u8>]) -> Result<Reply, Reply> {
-        let name = String::from_utf8_lossy(&args[0]).to_ascii_uppercase();
+    fn run(&mut self, args: &'q [Vec<u8>]) -> Result<Reply, Reply> {
+        let name = commands::upper_name(&args[0]);
         debug_assert!(
             name.starts_with('\0')
                 || commands::arity(name.as_bytes()).is_some_and(|a: Arity| a.allows(args.len()))
         );
         // The engine's own errors for what a batch would refuse.
-        for k in keys_of(&name, args) {
-            if k.len() > MAX_KEY_LEN {
-                return Err(commands::refused(kivi::Error::KeyTooLarge {
-                    len: k.len(),
-                    max: MAX_KEY_LEN,
-                }));
-            }
+        if let Some(k) = keys_of(&name, args).find(|k| k.len() > MAX_KEY_LEN) {
+            return Err(commands::refused(kivi::Error::KeyTooLarge {
+                len: k.len(),
+                max: MAX_KEY_LEN,
+            }));
         }
         let value_ok = |v: &[u8]| {
             if v.len() > MAX_VALUE_LEN {
@@ -448,7 +459,7 @@ impl State<'_> {
             }
         };
         let bulk_or_nil = |v: Option<Vec<u8>>| v.map_or(Reply::Null, Reply::Bulk);
-        match name.as_str() {
+        match &*name {
             "PING" if args.len() == 1 => Ok(Reply::Simple("PONG")),
             "PING" | "ECHO" => Ok(Reply::bulk(args[1].clone())),
             "GET" => self.get(&args[1]).map(bulk_or_nil),
@@ -565,7 +576,7 @@ impl State<'_> {
                     return Ok(Reply::Int(1));
                 }
                 let ms = commands::parse_i64(&args[3]).ok_or_else(commands::not_an_integer)?;
-                let new = match (name.as_str(), deadline) {
+                let new = match (&*name, deadline) {
                     // A lock without a deadline is not extended.
                     (scripts::LOCK_EXTEND, None) => return Ok(Reply::Int(0)),
                     // Extend by `ms` (ARGV[3] "0"), or to `ms` from now.
@@ -766,7 +777,7 @@ impl State<'_> {
                 Ok(Reply::Int(n))
             }
             "INCR" | "DECR" | "INCRBY" | "DECRBY" => {
-                let by = match name.as_str() {
+                let by = match &*name {
                     "INCR" => 1,
                     "DECR" => -1,
                     _ => {
@@ -820,15 +831,15 @@ fn parse_f64(b: &[u8]) -> Option<f64> {
 }
 
 /// The keys a queued command names.
-fn keys_of<'a>(name: &str, args: &'a [Vec<u8>]) -> Vec<&'a Vec<u8>> {
-    match name {
-        "PING" | "ECHO" => vec![],
-        "MSET" => args[1..].iter().step_by(2).collect(),
-        "EXISTS" | "MGET" | "DEL" | "UNLINK" | "TOUCH" => args[1..].iter().collect(),
-        "MSETNX" => args[1..].iter().step_by(2).collect(),
-        "COPY" | "RENAME" | "RENAMENX" => vec![&args[1], &args[2]],
-        _ => vec![&args[1]],
-    }
+fn keys_of<'a>(name: &str, args: &'a [Vec<u8>]) -> impl Iterator<Item = &'a Vec<u8>> {
+    let (from, to, step) = match name {
+        "PING" | "ECHO" => (1, 1, 1),
+        "MSET" | "MSETNX" => (1, args.len(), 2),
+        "EXISTS" | "MGET" | "DEL" | "UNLINK" | "TOUCH" => (1, args.len(), 1),
+        "COPY" | "RENAME" | "RENAMENX" => (1, 3, 1),
+        _ => (1, 2, 1),
+    };
+    args[from..to].iter().step_by(step)
 }
 
 #[cfg(test)]
