@@ -1143,13 +1143,12 @@ fn the_server_suites_resp_workloads_run_against_kivi_serve() {
     assert_eq!(c.call(&[b"DBSIZE"]), Val::Int(4000));
     assert_eq!(c.call(&[b"GET", b"tx:7:49:9"]), bulk("vvvvvvvvvvvvvvvv"));
     // A second of keys living one second, watched for a second after.
-    let cache = kivi_bench::resp_workloads::expiring_cache(
-        &server.resp,
-        2000,
-        Duration::from_secs(1),
-        3,
-    )
-    .unwrap();
+    let cache =
+        kivi_bench::resp_workloads::expiring_cache(&server.resp, 2000, Duration::from_secs(1), 3)
+            .unwrap();
     assert!(cache.rate > 1000.0, "{cache:?}");
-    assert!(cache.live_keys > 0 && cache.peak_files_per_live > 0.0, "{cache:?}");
+    assert!(
+        cache.live_keys > 0 && cache.peak_files_per_live > 0.0,
+        "{cache:?}"
+    );
 }
