@@ -160,11 +160,15 @@ enum Command {
         kivaloo's kvlds protocol. Every write is durable before it is answered (unless \
         --no-fsync); writes from all connections share group commits. The same data is \
         visible through both protocols.\n\n\
-        Binds to loopback unless told otherwise: neither protocol has authentication or \
-        encryption. SIGTERM or SIGINT: stop accepting, answer what was read, close the store. \
-        After a kill -9 nothing acknowledged is lost.",
+        Binds to loopback unless told otherwise. RESP asks for a password once one is set \
+        (--requirepass, --user); without one, and for kvlds (which has no authentication) \
+        unless --kvlds-allow-remote, a listener other machines could reach refuses to start. \
+        SIGTERM or SIGINT: stop accepting, answer what was read, close the store. After a \
+        kill -9 nothing acknowledged is lost.",
         after_help = "Examples:\n  kivi -d /var/lib/kivi serve\n  redis-cli -p 6380 set greeting hello\n  \
-        kivi serve --resp 0.0.0.0:6380 --kvlds 127.0.0.1:1234\n  kivi serve --resp ./kivi.sock"
+        kivi serve --resp 0.0.0.0:6380 --requirepass s3cret --kvlds 127.0.0.1:1234\n  \
+        kivi serve --requirepass s3cret --user reports:read-only:r3ad\n  \
+        redis-cli -p 6380 -a s3cret ping\n  kivi serve --resp ./kivi.sock"
     )]
     Serve {
         /// RESP listener: host:port, or a Unix socket path (anything with a '/')
@@ -179,6 +183,18 @@ enum Command {
         /// Most connections open at once, over both listeners
         #[arg(long, value_name = "N", default_value_t = kivi_server::DEFAULT_MAX_CONNECTIONS)]
         max_connections: usize,
+        /// The default user's password (Redis's requirepass: AUTH PASSWORD, redis-cli -a);
+        /// every RESP connection must then authenticate
+        #[arg(long, value_name = "PASSWORD")]
+        requirepass: Option<String>,
+        /// A user with a role, read-write or read-only (AUTH NAME PASSWORD, redis-cli
+        /// --user NAME -a PASSWORD); repeat for more users
+        #[arg(long = "user", value_name = "NAME:ROLE:PASSWORD")]
+        users: Vec<String>,
+        /// Let the kvlds listener, which has no authentication, listen on an address other
+        /// machines reach
+        #[arg(long)]
+        kvlds_allow_remote: bool,
     },
     /// Measure kivi, and other stores, on kv40 data (40-byte keys and values)
     #[command(
@@ -285,6 +301,9 @@ fn run(cli: Cli) -> Result<()> {
             no_resp,
             kvlds,
             max_connections,
+            requirepass,
+            users,
+            kvlds_allow_remote,
         } => serve::run(
             &store,
             serve::ServeArgs {
@@ -292,6 +311,9 @@ fn run(cli: Cli) -> Result<()> {
                 no_resp: *no_resp,
                 kvlds: kvlds.as_deref(),
                 max_connections: *max_connections,
+                requirepass: requirepass.as_deref(),
+                users,
+                kvlds_allow_remote: *kvlds_allow_remote,
             },
         ),
         Command::Table(args) => table::run(&store, args),

@@ -11,6 +11,9 @@ pub struct ServeArgs<'a> {
     pub no_resp: bool,
     pub kvlds: Option<&'a str>,
     pub max_connections: usize,
+    pub requirepass: Option<&'a str>,
+    pub users: &'a [String],
+    pub kvlds_allow_remote: bool,
 }
 
 pub fn run(store: &Store, a: ServeArgs<'_>) -> Result<()> {
@@ -31,16 +34,22 @@ pub fn run(store: &Store, a: ServeArgs<'_>) -> Result<()> {
             "--no-resp without --kvlds leaves nothing to listen on".into(),
         ));
     }
-    raise_open_file_limit(a.max_connections);
-    disable_transparent_huge_pages();
-    let db = store.open_writable()?;
+    let users = kivi_server::auth::Users::new(a.requirepass, a.users)
+        .map_err(|e| CliError::Input(format!("--requirepass / --user: {e}")))?;
     let config = Config {
         resp,
         kvlds,
         max_connections: a.max_connections,
         durability: store.durability,
         allocator: Some(crate::ALLOCATOR),
+        users: std::sync::Arc::new(users),
+        kvlds_remote: a.kvlds_allow_remote,
     };
+    // Refused before the store is opened (or made).
+    kivi_server::protected_mode(&config).map_err(|e| CliError::Input(e.to_string()))?;
+    raise_open_file_limit(a.max_connections);
+    disable_transparent_huge_pages();
+    let db = store.open_writable()?;
     let dir = store.shown_dir();
     kivi_server::run(db, config, |bound| {
         // One line per listener on standard output (scripts and tests read

@@ -11,6 +11,7 @@
 //! so they run on the tokio workers; writes wait on the commit thread, not
 //! on a worker.
 
+pub mod auth;
 pub mod committer;
 pub mod counters;
 pub mod cursors;
@@ -19,6 +20,7 @@ pub mod kvlds;
 pub mod listen;
 pub mod resp;
 
+use auth::Users;
 use committer::Committer;
 use counters::{Counters, OpsSampler};
 use cursors::Cursors;
@@ -49,6 +51,11 @@ pub struct Config {
     /// The process's global allocator, for INFO's `used_memory`; `None`
     /// when the caller does not know it (INFO then reports the RSS).
     pub allocator: Option<Allocator>,
+    /// Who may connect over RESP (see `auth`).
+    pub users: Arc<Users>,
+    /// Let the kvlds listener, which has no authentication, listen on an
+    /// address other machines reach.
+    pub kvlds_remote: bool,
 }
 
 impl Default for Config {
@@ -59,6 +66,8 @@ impl Default for Config {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             durability: Durability::default(),
             allocator: None,
+            users: Arc::default(),
+            kvlds_remote: false,
         }
     }
 }
@@ -93,6 +102,7 @@ pub struct Shared {
     pub max_connections: usize,
     pub durability: Durability,
     pub allocator: Option<Allocator>,
+    pub users: Arc<Users>,
     /// INFO's Stats counters.
     pub counters: Counters,
     /// The recent command rates (`instantaneous_ops_per_sec`), filled by
@@ -112,6 +122,33 @@ enum Protocol {
     Kvlds,
 }
 
+/// Protected mode, as Redis has it: a listener that other machines can
+/// reach needs a way to keep them out. RESP without a password, and kvlds
+/// (which has no authentication) without `kvlds_remote`, listen on
+/// loopback or a Unix socket only.
+pub fn protected_mode(config: &Config) -> io::Result<()> {
+    let refuse = |msg: String| Err(io::Error::new(io::ErrorKind::PermissionDenied, msg));
+    if let Some(Addr::Tcp(a)) = &config.resp {
+        if !config.users.require_auth() && !auth::is_loopback(a) {
+            return refuse(format!(
+                "refusing to listen for RESP on {a} without a password: other machines \
+                 could reach it. Set one with --requirepass (or add users with --user \
+                 NAME:ROLE:PASSWORD), or listen on 127.0.0.1 or a Unix socket"
+            ));
+        }
+    }
+    if let Some(Addr::Tcp(a)) = &config.kvlds {
+        if !config.kvlds_remote && !auth::is_loopback(a) {
+            return refuse(format!(
+                "refusing to listen for kvlds on {a}: the kvlds protocol has no \
+                 authentication. Listen on 127.0.0.1 or a Unix socket, or say \
+                 --kvlds-allow-remote to let other machines in"
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Serves `db` until SIGTERM or SIGINT, then stops accepting, lets every
 /// connection answer what it has read, and closes the store. `ready` is
 /// called once every listener is bound, with (protocol, address) pairs.
@@ -122,6 +159,7 @@ pub fn run(db: Db, config: Config, ready: impl FnOnce(&[(&str, String)])) -> io:
             "no listener: give --resp or --kvlds",
         ));
     }
+    protected_mode(&config)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("kivi-serve")
@@ -192,6 +230,7 @@ async fn serve(
         max_connections: config.max_connections,
         durability: config.durability,
         allocator: config.allocator,
+        users: config.users.clone(),
         counters: Counters::default(),
         ops: Mutex::new(OpsSampler::default()),
     });

@@ -32,6 +32,8 @@ pub struct Session {
     pub multi: Option<Transaction>,
     /// The keys WATCH noted, until EXEC, DISCARD or UNWATCH.
     pub watched: Vec<Watched>,
+    /// Who the connection is (`None`: not authenticated yet).
+    pub identity: Option<crate::auth::Identity>,
 }
 
 /// How many arguments, the command's name included, a command takes.
@@ -122,6 +124,8 @@ pub const COMMANDS: &[(&str, Arity)] = &[
     ("ECHO", Arity::Exactly(2)),
     ("INFO", Arity::Any),
     ("HELLO", Arity::Any),
+    ("AUTH", Arity::AtLeast(2)),
+    ("ACL", Arity::AtLeast(2)),
     ("CLIENT", Arity::AtLeast(2)),
     ("COMMAND", Arity::Any),
     ("CONFIG", Arity::AtLeast(2)),
@@ -519,7 +523,12 @@ pub async fn execute(shared: &Shared, s: &mut Session, args: Vec<Vec<u8>>) -> Re
         "SCRIPT" => scripts::script(&args),
         "FLUSHDB" | "FLUSHALL" => flush(shared, &args).await,
         "INFO" => Ok(Reply::bulk(crate::info::render(shared, &args[1..]))),
-        "HELLO" => hello(s, &args),
+        "HELLO" => match hello_auth(shared, s, &args).await {
+            Ok(()) => hello(s, &args),
+            Err(e) => Err(e),
+        },
+        "AUTH" => auth(shared, s, &args).await,
+        "ACL" => acl(s, &args),
         "CLIENT" => client(s, &args),
         "COMMAND" => Ok(command(s, &args)),
         "CONFIG" => super::config::config(shared, &args),
@@ -798,10 +807,7 @@ fn hello(s: &mut Session, args: &[Vec<u8>]) -> Result<Reply, Reply> {
     }
     while i < args.len() {
         match upper(&args[i]).as_str() {
-            // No users or passwords: any credentials are accepted, as by a
-            // Redis server without requirepass... which would refuse them;
-            // kivi accepts them so that clients configured with a password
-            // still connect. (It binds to loopback unless told otherwise.)
+            // Checked before (`hello_auth`).
             "AUTH" if i + 2 < args.len() => i += 3,
             "SETNAME" if i + 1 < args.len() => {
                 s.name = Some(args[i + 1].clone());
@@ -820,6 +826,80 @@ fn hello(s: &mut Session, args: &[Vec<u8>]) -> Result<Reply, Reply> {
         (Reply::bulk("role"), Reply::bulk("master")),
         (Reply::bulk("modules"), Reply::Array(Vec::new())),
     ]))
+}
+
+fn wrongpass() -> Reply {
+    Reply::coded(
+        "WRONGPASS",
+        "invalid username-password pair or user is disabled.",
+    )
+}
+
+/// Checks `password` for `user` and, if it holds, makes the connection
+/// that user; a failure is logged with the peer's user name.
+async fn authenticate(
+    shared: &Shared,
+    s: &mut Session,
+    user: &[u8],
+    password: &[u8],
+) -> Result<(), Reply> {
+    match shared.users.check(user, password).await {
+        Some(id) => {
+            s.identity = Some(id);
+            Ok(())
+        }
+        None => {
+            eprintln!(
+                "kivi serve: AUTH failed for user {:?} (client {})",
+                String::from_utf8_lossy(user),
+                s.id
+            );
+            Err(wrongpass())
+        }
+    }
+}
+
+/// AUTH password | AUTH user password.
+async fn auth(shared: &Shared, s: &mut Session, args: &[Vec<u8>]) -> Result<Reply, Reply> {
+    match args.len() {
+        2 if !shared.users.default_has_password() => Err(Reply::err(
+            "AUTH <password> called without any password configured for the default user. \
+             Are you sure your configuration is correct?",
+        )),
+        2 => authenticate(shared, s, crate::auth::DEFAULT_USER.as_bytes(), &args[1]).await,
+        3 => authenticate(shared, s, &args[1], &args[2]).await,
+        _ => Err(syntax()),
+    }
+    .map(|()| Reply::ok())
+}
+
+/// HELLO's AUTH user password, checked before the rest of HELLO applies.
+async fn hello_auth(shared: &Shared, s: &mut Session, args: &[Vec<u8>]) -> Result<(), Reply> {
+    let Some(i) = args
+        .iter()
+        .skip(2)
+        .position(|a| a.eq_ignore_ascii_case(b"AUTH"))
+    else {
+        return Ok(());
+    };
+    let i = i + 2;
+    match (args.get(i + 1), args.get(i + 2)) {
+        (Some(user), Some(password)) => authenticate(shared, s, user, password).await,
+        _ => Err(syntax()),
+    }
+}
+
+/// ACL WHOAMI; ACL is otherwise configured at start (`--user`).
+fn acl(s: &Session, args: &[Vec<u8>]) -> Result<Reply, Reply> {
+    match (upper(&args[1]).as_str(), args.len()) {
+        ("WHOAMI", 2) => Ok(Reply::bulk(
+            s.identity.as_ref().map_or("default", |i| i.user.as_str()),
+        )),
+        _ => Err(Reply::err(
+            "kivi supports ACL WHOAMI only; users and roles are set when the server starts \
+             (--requirepass, --user NAME:ROLE:PASSWORD)",
+        )),
+    }
 }
 
 fn client(s: &mut Session, args: &[Vec<u8>]) -> Result<Reply, Reply> {
@@ -879,7 +959,7 @@ mod tests {
             "FLUSHDB" | "FLUSHALL" => n == 1 || n == 2,
             "EXPIRE" | "PEXPIRE" | "EXPIREAT" | "PEXPIREAT" => n >= 3,
             "EXISTS" | "MGET" | "SCAN" | "DEL" | "CLIENT" | "CONFIG" | "WATCH" | "UNLINK"
-            | "TOUCH" => n >= 2,
+            | "TOUCH" | "AUTH" | "ACL" => n >= 2,
             "GETSET" | "APPEND" | "RENAME" | "RENAMENX" | "INCRBYFLOAT" => n == 3,
             "GETRANGE" | "SUBSTR" | "SETRANGE" => n == 4,
             "MSETNX" => n >= 3 && n % 2 == 1,

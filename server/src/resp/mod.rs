@@ -180,6 +180,7 @@ async fn settle(slots: &mut VecDeque<Slot>, out: &mut Vec<u8>, resp3: bool) {
 pub async fn serve(mut stream: Box<dyn Stream>, peer: String, shared: Arc<Shared>) {
     let mut session = Session {
         id: shared.next_client_id(),
+        identity: shared.users.initial(),
         ..Session::default()
     };
     let mut stop = shared.stop.clone();
@@ -220,6 +221,19 @@ pub async fn serve(mut stream: Box<dyn Stream>, peer: String, shared: Arc<Shared
                 continue;
             }
             uncounted += 1;
+            if let Some(refusal) = crate::auth::refusal(session.identity.as_ref(), args) {
+                // Answered in its place, after everything before it.
+                if !answer_gets(&shared, &mut stream, &mut gets, &mut out, session.resp3).await {
+                    return;
+                }
+                close_group(&mut group, &mut writes, &mut slots);
+                if let Some(tx) = &mut session.multi {
+                    // As any command refused while queuing: EXEC aborts.
+                    transaction::abort(tx);
+                }
+                slots.push_back(Slot::Ready(refusal));
+                continue;
+            }
             // Inside MULTI every command but the transaction's own is
             // queued, not run (MULTI answered everything before it, so
             // nothing else is pending but replies).

@@ -129,6 +129,12 @@ pub fn controls_transaction(name: &[u8]) -> bool {
         .any(|c| name.eq_ignore_ascii_case(c.as_bytes()))
 }
 
+/// Marks the open transaction aborted (a command was refused while it was
+/// queuing): EXEC will apply nothing.
+pub fn abort(tx: &mut Transaction) {
+    tx.aborted = true;
+}
+
 /// Queues `args` in the open transaction and answers QUEUED, or refuses it
 /// (and marks the transaction aborted).
 pub fn queue(tx: &mut Transaction, args: Vec<Vec<u8>>) -> Reply {
