@@ -195,6 +195,14 @@ enum Command {
         /// machines reach
         #[arg(long)]
         kvlds_allow_remote: bool,
+        /// Close a RESP connection that sends nothing for this many seconds (Redis's
+        /// timeout); 0: never
+        #[arg(long, value_name = "SECONDS", default_value_t = 0)]
+        timeout: u64,
+        /// Close a RESP connection whose replies wait this many seconds for the client to
+        /// read them
+        #[arg(long, value_name = "SECONDS", default_value_t = kivi_server::DEFAULT_OUTPUT_TIMEOUT.as_secs())]
+        output_timeout: u64,
     },
     /// Measure kivi, and other stores, on kv40 data (40-byte keys and values)
     #[command(
@@ -304,6 +312,8 @@ fn run(cli: Cli) -> Result<()> {
             requirepass,
             users,
             kvlds_allow_remote,
+            timeout,
+            output_timeout,
         } => serve::run(
             &store,
             serve::ServeArgs {
@@ -314,6 +324,8 @@ fn run(cli: Cli) -> Result<()> {
                 requirepass: requirepass.as_deref(),
                 users,
                 kvlds_allow_remote: *kvlds_allow_remote,
+                idle_timeout: *timeout,
+                output_timeout: *output_timeout,
             },
         ),
         Command::Table(args) => table::run(&store, args),

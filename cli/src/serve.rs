@@ -5,6 +5,7 @@ use crate::Store;
 use kivi_server::listen::Addr;
 use kivi_server::Config;
 use std::io::Write;
+use std::time::Duration;
 
 pub struct ServeArgs<'a> {
     pub resp: &'a str,
@@ -14,6 +15,8 @@ pub struct ServeArgs<'a> {
     pub requirepass: Option<&'a str>,
     pub users: &'a [String],
     pub kvlds_allow_remote: bool,
+    pub idle_timeout: u64,
+    pub output_timeout: u64,
 }
 
 pub fn run(store: &Store, a: ServeArgs<'_>) -> Result<()> {
@@ -44,6 +47,8 @@ pub fn run(store: &Store, a: ServeArgs<'_>) -> Result<()> {
         allocator: Some(crate::ALLOCATOR),
         users: std::sync::Arc::new(users),
         kvlds_remote: a.kvlds_allow_remote,
+        idle_timeout: (a.idle_timeout > 0).then(|| Duration::from_secs(a.idle_timeout)),
+        output_timeout: Duration::from_secs(a.output_timeout.max(1)),
     };
     // Refused before the store is opened (or made).
     kivi_server::protected_mode(&config).map_err(|e| CliError::Input(e.to_string()))?;

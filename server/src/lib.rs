@@ -56,7 +56,16 @@ pub struct Config {
     /// Let the kvlds listener, which has no authentication, listen on an
     /// address other machines reach.
     pub kvlds_remote: bool,
+    /// A RESP connection that sends nothing this long is closed (Redis's
+    /// `timeout`; `None`: never).
+    pub idle_timeout: Option<Duration>,
+    /// A RESP connection whose replies wait this long for the client to
+    /// read them is closed.
+    pub output_timeout: Duration,
 }
+
+/// Default `Config::output_timeout`.
+pub const DEFAULT_OUTPUT_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl Default for Config {
     fn default() -> Self {
@@ -68,6 +77,8 @@ impl Default for Config {
             allocator: None,
             users: Arc::default(),
             kvlds_remote: false,
+            idle_timeout: None,
+            output_timeout: DEFAULT_OUTPUT_TIMEOUT,
         }
     }
 }
@@ -103,6 +114,8 @@ pub struct Shared {
     pub durability: Durability,
     pub allocator: Option<Allocator>,
     pub users: Arc<Users>,
+    pub idle_timeout: Option<Duration>,
+    pub output_timeout: Duration,
     /// INFO's Stats counters.
     pub counters: Counters,
     /// The recent command rates (`instantaneous_ops_per_sec`), filled by
@@ -231,6 +244,8 @@ async fn serve(
         durability: config.durability,
         allocator: config.allocator,
         users: config.users.clone(),
+        idle_timeout: config.idle_timeout,
+        output_timeout: config.output_timeout,
         counters: Counters::default(),
         ops: Mutex::new(OpsSampler::default()),
     });

@@ -16,6 +16,8 @@ pub struct Settings<'a> {
     pub max_connections: usize,
     /// The RESP listener's bound address: `host:port` or a socket path.
     pub resp_addr: Option<&'a str>,
+    /// The idle timeout, in seconds (0: none).
+    pub timeout_secs: u64,
 }
 
 /// Every parameter CONFIG GET knows, with its value (CONFIG GET answers
@@ -63,7 +65,7 @@ pub fn params(s: &Settings) -> Vec<(&'static str, String)> {
         ("bind", bind),
         ("unixsocket", socket),
         // Idle connections are never closed by the server.
-        ("timeout", "0".into()),
+        ("timeout", s.timeout_secs.to_string()),
     ]
 }
 
@@ -77,6 +79,7 @@ pub fn config(shared: &Shared, args: &[Vec<u8>]) -> Result<Reply, Reply> {
                 durability: shared.durability,
                 max_connections: shared.max_connections,
                 resp_addr: shared.resp_addr.as_deref(),
+                timeout_secs: shared.idle_timeout.map_or(0, |t| t.as_secs()),
             };
             Ok(Reply::Map(get(&params(&settings), &args[2..])))
         }
@@ -132,9 +135,11 @@ mod tests {
             durability: Durability::Fsync,
             max_connections: 123,
             resp_addr: Some("127.0.0.1:6390"),
+            timeout_secs: 300,
         });
         assert_eq!(value(&p, "appendfsync"), "always");
         assert_eq!(value(&p, "maxclients"), "123");
+        assert_eq!(value(&p, "timeout"), "300");
         assert_eq!(value(&p, "port"), "6390");
         assert_eq!(value(&p, "bind"), "127.0.0.1");
         assert_eq!(value(&p, "unixsocket"), "");
@@ -142,6 +147,7 @@ mod tests {
             durability: Durability::NoFsync,
             max_connections: 1,
             resp_addr: Some("[::1]:7000"),
+            timeout_secs: 0,
         });
         assert_eq!(value(&p, "appendfsync"), "no");
         assert_eq!(value(&p, "bind"), "::1");
@@ -149,6 +155,7 @@ mod tests {
             durability: Durability::Fsync,
             max_connections: 1,
             resp_addr: Some("/tmp/kivi.sock"),
+            timeout_secs: 0,
         });
         assert_eq!(value(&p, "unixsocket"), "/tmp/kivi.sock");
         assert_eq!(value(&p, "port"), "0");
@@ -160,6 +167,7 @@ mod tests {
             durability: Durability::Fsync,
             max_connections: 10,
             resp_addr: None,
+            timeout_secs: 0,
         });
         let names = |pats: &[&str]| -> Vec<Reply> {
             let pats: Vec<Vec<u8>> = pats.iter().map(|s| s.as_bytes().to_vec()).collect();

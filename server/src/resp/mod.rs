@@ -90,6 +90,30 @@ async fn queue(
     shared.committer.submit_all(std::mem::take(writes)).await;
 }
 
+/// Writes `out` to the client: false when the client is gone, or has not
+/// taken it within `Shared::output_timeout` (a client that sends and never
+/// reads its replies is let go, rather than holding a connection forever).
+async fn send(shared: &Shared, stream: &mut Box<dyn Stream>, out: &[u8]) -> bool {
+    match tokio::time::timeout(shared.output_timeout, stream.write_all(out)).await {
+        Ok(r) => r.is_ok(),
+        Err(_) => {
+            eprintln!(
+                "kivi serve: closed a RESP connection that read none of its replies for {:?}",
+                shared.output_timeout
+            );
+            false
+        }
+    }
+}
+
+/// Waits `timeout`, or forever without one.
+async fn idle(timeout: Option<std::time::Duration>) {
+    match timeout {
+        Some(t) => tokio::time::sleep(t).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// GETs looked up together, at most.
 const MAX_GETS_AT_ONCE: usize = 256;
 
@@ -138,7 +162,7 @@ async fn answer_gets(
             break;
         }
         if answered < keys.len() {
-            if stream.write_all(out).await.is_err() {
+            if !send(shared, stream, out).await {
                 return false;
             }
             out.clear();
@@ -190,8 +214,8 @@ pub async fn serve(mut stream: Box<dyn Stream>, peer: String, shared: Arc<Shared
     let mut writes: Vec<(kivi::WriteBatch, Done)> = Vec::new();
     let mut group: Option<(kivi::WriteBatch, usize)> = None;
     let mut gets: Vec<Vec<u8>> = Vec::new();
-    // Where the arguments of the command being parsed lie in `buf`.
-    let mut spans: Vec<parser::Span> = Vec::new();
+    // Keeps its place in a command not all read yet.
+    let mut parser = parser::Parser::default();
     // Commands read and not yet added to `total_commands_processed`: added
     // once per read rather than once per command, so pipelined commands
     // do not all touch the one shared counter.
@@ -204,7 +228,7 @@ pub async fn serve(mut stream: Box<dyn Stream>, peer: String, shared: Arc<Shared
         let mut fatal = None;
         loop {
             let frame = &buf[used..];
-            let parsed = match parser::parse(frame, &mut spans) {
+            let parsed = match parser.parse(frame) {
                 Ok(Ok(p)) => p,
                 Ok(Err(n)) => {
                     need = n;
@@ -216,7 +240,7 @@ pub async fn serve(mut stream: Box<dyn Stream>, peer: String, shared: Arc<Shared
                 }
             };
             used += parsed.len;
-            let args = Args::of(&parsed, frame, &spans);
+            let args = Args::of(&parsed, frame, parser.spans());
             if args.is_empty() {
                 continue;
             }
@@ -307,7 +331,7 @@ pub async fn serve(mut stream: Box<dyn Stream>, peer: String, shared: Arc<Shared
             if slots.len() >= MAX_PIPELINE || out.len() >= OUT_FLUSH {
                 queue(&shared, &mut group, &mut writes, &mut slots).await;
                 settle(&mut slots, &mut out, session.resp3).await;
-                if stream.write_all(&out).await.is_err() {
+                if !send(&shared, &mut stream, &out).await {
                     return;
                 }
                 out.clear();
@@ -327,7 +351,7 @@ pub async fn serve(mut stream: Box<dyn Stream>, peer: String, shared: Arc<Shared
             eprintln!("kivi serve: RESP connection from {peer} closed: {e}");
         }
         if !out.is_empty() {
-            if stream.write_all(&out).await.is_err() {
+            if !send(&shared, &mut stream, &out).await {
                 return;
             }
             out.clear();
@@ -355,6 +379,15 @@ pub async fn serve(mut stream: Box<dyn Stream>, peer: String, shared: Arc<Shared
                 Ok(n) => filled = n == room,
             },
             _ = stop.changed() => {
+                let _ = stream.shutdown().await;
+                return;
+            }
+            // Nothing is pending here (every reply is written): the
+            // client has sent nothing, or not the rest of a command, for
+            // that long.
+            _ = idle(shared.idle_timeout) => {
+                eprintln!("kivi serve: closed RESP connection from {peer}: idle for {:?}",
+                    shared.idle_timeout.unwrap_or_default());
                 let _ = stream.shutdown().await;
                 return;
             }

@@ -9,6 +9,11 @@ pub const MAX_BULK: usize = kivi::limits::MAX_VALUE_LEN;
 pub const MAX_ARGS: usize = 1 << 20;
 /// Longest inline command line, and longest header line.
 pub const MAX_INLINE: usize = 64 << 10;
+/// Most bytes one command may take, headers included: what the largest
+/// batch holds, and a mebibyte for the rest. A longer command is refused
+/// once its headers pass this, before it is buffered: a connection's
+/// memory stays bounded whatever a client sends.
+pub const MAX_REQUEST: usize = kivi::limits::MAX_BATCH_BYTES + (1 << 20);
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProtocolError {
@@ -26,6 +31,8 @@ pub enum ProtocolError {
     UnbalancedQuotes,
     #[error("Protocol error: a bulk string is not followed by CRLF")]
     MissingCrlf,
+    #[error("Protocol error: a request of more than {MAX_REQUEST} bytes")]
+    RequestTooLarge,
 }
 
 /// One parsed command: the bytes it took, and for an inline command its
@@ -45,15 +52,113 @@ pub type Span = std::ops::Range<usize>;
 /// the reader size its buffer for a large bulk string once.
 pub type Need = Option<usize>;
 
-/// The command at the front of `buf`, `Ok(Err(need))` if it is not all
-/// there yet. An array's arguments are left in `spans` (cleared first),
-/// each a range of `buf`.
-pub fn parse(buf: &[u8], spans: &mut Vec<Span>) -> Result<Result<Parsed, Need>, ProtocolError> {
-    spans.clear();
-    match buf.first() {
-        None => Ok(Err(None)),
-        Some(b'*') => parse_array(buf, spans),
-        Some(_) => parse_inline(buf),
+/// Parses one connection's commands. It keeps its place in a command not
+/// all read yet: the arguments found are not parsed again when more bytes
+/// come, so a command parses in time linear in its size however many reads
+/// bring it (a command of a million short arguments, started over at each
+/// read, took time quadratic in its size).
+#[derive(Debug, Default)]
+pub struct Parser {
+    /// Where the arguments of the last array parsed lie, in its bytes.
+    spans: Vec<Span>,
+    /// In an array not all there yet: its argument count, and where the
+    /// next argument's header starts.
+    partial: Option<(usize, usize)>,
+}
+
+impl Parser {
+    /// The command at the front of `buf`, `Ok(Err(need))` if it is not all
+    /// there yet; then the next call's `buf` must start with the same
+    /// command, with more of it. An array's arguments are left in
+    /// [`spans`](Self::spans), each a range of `buf`.
+    pub fn parse(&mut self, buf: &[u8]) -> Result<Result<Parsed, Need>, ProtocolError> {
+        let r = match self.partial.take() {
+            Some((n, at)) => {
+                debug_assert_eq!(buf.first(), Some(&b'*'), "resumed on another command");
+                self.array_from(buf, n, at)
+            }
+            None => {
+                self.spans.clear();
+                match buf.first() {
+                    None => Ok(Err(None)),
+                    Some(b'*') => self.array(buf),
+                    Some(_) => parse_inline(buf),
+                }
+            }
+        };
+        if r.is_err() {
+            self.partial = None;
+        }
+        r
+    }
+
+    /// The arguments of the last array parsed.
+    pub fn spans(&self) -> &[Span] {
+        &self.spans
+    }
+
+    fn array(&mut self, buf: &[u8]) -> Result<Result<Parsed, Need>, ProtocolError> {
+        let Some((head, at)) = line(buf, 0)? else {
+            return Ok(Err(None));
+        };
+        let n = number(&head[1..]).ok_or(ProtocolError::BadArrayLength)?;
+        if n > MAX_ARGS as i64 {
+            return Err(ProtocolError::BadArrayLength);
+        }
+        if n <= 0 {
+            // An empty (or null) array: nothing to run; skip it.
+            return Ok(Ok(Parsed {
+                len: at,
+                inline: None,
+            }));
+        }
+        self.array_from(buf, n as usize, at)
+    }
+
+    /// Goes on with an array of `n` arguments whose next argument's header
+    /// starts at `at` (`spans` holds those before).
+    fn array_from(
+        &mut self,
+        buf: &[u8],
+        n: usize,
+        mut at: usize,
+    ) -> Result<Result<Parsed, Need>, ProtocolError> {
+        while self.spans.len() < n {
+            let Some((h, body)) = line(buf, at)? else {
+                self.partial = Some((n, at));
+                return Ok(Err(None));
+            };
+            match h.first() {
+                Some(b'$') => {}
+                Some(&c) => return Err(ProtocolError::ExpectedBulk(c as char)),
+                None => return Err(ProtocolError::ExpectedBulk(' ')),
+            }
+            let len = number(&h[1..]).ok_or(ProtocolError::BadBulkLength)?;
+            if len < 0 {
+                return Err(ProtocolError::BadBulkLength);
+            }
+            if len as u64 > MAX_BULK as u64 {
+                return Err(ProtocolError::BulkTooLarge(len as u64));
+            }
+            let len = len as usize;
+            let end = body + len + 2;
+            if end > MAX_REQUEST {
+                return Err(ProtocolError::RequestTooLarge);
+            }
+            if buf.len() < end {
+                self.partial = Some((n, at));
+                return Ok(Err(Some(end - buf.len())));
+            }
+            if &buf[body + len..end] != b"\r\n" {
+                return Err(ProtocolError::MissingCrlf);
+            }
+            self.spans.push(body..body + len);
+            at = end;
+        }
+        Ok(Ok(Parsed {
+            len: at,
+            inline: None,
+        }))
     }
 }
 
@@ -161,54 +266,6 @@ fn number(digits: &[u8]) -> Option<i64> {
     Some(if negative { -n } else { n })
 }
 
-fn parse_array(buf: &[u8], spans: &mut Vec<Span>) -> Result<Result<Parsed, Need>, ProtocolError> {
-    let Some((head, mut at)) = line(buf, 0)? else {
-        return Ok(Err(None));
-    };
-    let n = number(&head[1..]).ok_or(ProtocolError::BadArrayLength)?;
-    if n > MAX_ARGS as i64 {
-        return Err(ProtocolError::BadArrayLength);
-    }
-    if n <= 0 {
-        // An empty (or null) array: nothing to run; skip it.
-        return Ok(Ok(Parsed {
-            len: at,
-            inline: None,
-        }));
-    }
-    for _ in 0..n {
-        let Some((h, body)) = line(buf, at)? else {
-            return Ok(Err(None));
-        };
-        match h.first() {
-            Some(b'$') => {}
-            Some(&c) => return Err(ProtocolError::ExpectedBulk(c as char)),
-            None => return Err(ProtocolError::ExpectedBulk(' ')),
-        }
-        let len = number(&h[1..]).ok_or(ProtocolError::BadBulkLength)?;
-        if len < 0 {
-            return Err(ProtocolError::BadBulkLength);
-        }
-        if len as u64 > MAX_BULK as u64 {
-            return Err(ProtocolError::BulkTooLarge(len as u64));
-        }
-        let len = len as usize;
-        let end = body + len + 2;
-        if buf.len() < end {
-            return Ok(Err(Some(end - buf.len())));
-        }
-        if &buf[body + len..end] != b"\r\n" {
-            return Err(ProtocolError::MissingCrlf);
-        }
-        spans.push(body..body + len);
-        at = end;
-    }
-    Ok(Ok(Parsed {
-        len: at,
-        inline: None,
-    }))
-}
-
 /// An inline command: words separated by spaces, with "double" (escapes
 /// \n \r \t \\ \" \xHH) and 'single' quoted words, as redis-server reads it.
 fn parse_inline(buf: &[u8]) -> Result<Result<Parsed, Need>, ProtocolError> {
@@ -311,9 +368,9 @@ mod tests {
 
     /// `parse`, with the arguments copied out.
     fn parse(buf: &[u8]) -> Result<Result<Command, Need>, ProtocolError> {
-        let mut spans = Vec::new();
-        Ok(super::parse(buf, &mut spans)?.map(|p| {
-            let args = Args::of(&p, buf, &spans).to_vecs();
+        let mut parser = Parser::default();
+        Ok(parser.parse(buf)?.map(|p| {
+            let args = Args::of(&p, buf, parser.spans()).to_vecs();
             (args, p.len)
         }))
     }
@@ -345,9 +402,9 @@ mod tests {
     #[test]
     fn args_read_the_same_from_the_wire_and_from_vectors() {
         let wire = b"*4\r\n$3\r\nSET\r\n$1\r\nk\r\n$0\r\n\r\n$2\r\nEX\r\n";
-        let mut spans = Vec::new();
-        let p = super::parse(wire, &mut spans).unwrap().unwrap();
-        let on_wire = Args::of(&p, wire, &spans);
+        let mut parser = Parser::default();
+        let p = parser.parse(wire).unwrap().unwrap();
+        let on_wire = Args::of(&p, wire, parser.spans());
         let owned = args(&["SET", "k", "", "EX"]);
         for a in [on_wire, Args::Owned(&owned)] {
             assert_eq!((a.len(), a.is_empty()), (4, false));
@@ -376,6 +433,71 @@ mod tests {
         ] {
             assert_eq!(number(bad), None, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_command_read_in_pieces_is_parsed_where_it_was_left() {
+        let wire: Vec<u8> = {
+            let mut w = b"*1001\r\n$4\r\nMSET\r\n".to_vec();
+            for i in 0..500 {
+                w.extend(format!("$5\r\nk{i:04}\r\n$3\r\nv{:02}\r\n", i % 100).bytes());
+            }
+            w
+        };
+        let whole = parse(&wire).unwrap().unwrap();
+        for piece in [1, 7, 100, 4096] {
+            let mut parser = Parser::default();
+            let mut upto = 0;
+            let got = loop {
+                upto = (upto + piece).min(wire.len());
+                match parser.parse(&wire[..upto]).unwrap() {
+                    Ok(p) => break (Args::of(&p, &wire, parser.spans()).to_vecs(), p.len),
+                    Err(_) => assert!(upto < wire.len(), "complete but not parsed"),
+                }
+            };
+            assert_eq!(got, whole, "pieces of {piece}");
+        }
+        // Resumed, it does not read again what it found: a header it has
+        // passed may change under it unnoticed (the caller never does that).
+        let mut parser = Parser::default();
+        assert!(parser.parse(&wire[..wire.len() / 2]).unwrap().is_err());
+        let mut changed = wire.clone();
+        changed[8] = b'x';
+        let p = parser.parse(&changed).unwrap().unwrap();
+        assert_eq!(p.len, wire.len());
+        // A fresh parser refuses it.
+        assert!(Parser::default().parse(&changed).is_err());
+        // After a complete command the next starts afresh.
+        let mut parser = Parser::default();
+        assert!(parser.parse(b"*2\r\n$3\r\nGET\r\n").unwrap().is_err());
+        assert!(parser
+            .parse(b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n")
+            .unwrap()
+            .is_ok());
+        let p = parser.parse(b"*1\r\n$4\r\nPING\r\n").unwrap().unwrap();
+        assert_eq!(
+            Args::of(&p, b"*1\r\n$4\r\nPING\r\n", parser.spans()).to_vecs(),
+            args(&["PING"])
+        );
+    }
+
+    #[test]
+    fn a_request_past_the_limit_is_refused_before_it_is_buffered() {
+        // Four values of the largest size, and a fifth announced: refused
+        // at the fifth header, its bytes never asked for.
+        let big = MAX_BULK;
+        let mut wire = b"*6\r\n$4\r\nMSET\r\n".to_vec();
+        for _ in 0..4 {
+            wire.extend(format!("${big}\r\n").bytes());
+            wire.resize(wire.len() + big, b'v');
+            wire.extend(b"\r\n");
+        }
+        assert!(wire.len() < MAX_REQUEST);
+        let mut before = wire.clone();
+        before.extend(b"$1\r\n");
+        assert_eq!(parse(&before), Ok(Err(Some(3))));
+        wire.extend(format!("${big}\r\n").bytes());
+        assert_eq!(parse(&wire), Err(ProtocolError::RequestTooLarge));
     }
 
     #[test]
