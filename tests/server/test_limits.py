@@ -118,3 +118,29 @@ def test_idle_connections_are_closed_after_the_timeout():
             assert busy.recv(64) == b"+PONG\r\n"
         finally:
             assert s.stop() == 0
+
+
+def test_mget_and_range_replies_are_bounded_in_bytes():
+    with tempfile.TemporaryDirectory() as tmp:
+        s = Server(os.path.join(tmp, "store"))
+        try:
+            r = redis.Redis(host=s.host, port=s.port)
+            big = 15 << 20
+            for i in range(6):
+                r.set(f"v{i}", bytes([65 + i]) * big)
+            # Four values (60 MiB) are answered; six (90 MiB) are refused.
+            assert [len(v) for v in r.mget([f"v{i}" for i in range(4)])] == [big] * 4
+            try:
+                r.mget([f"v{i}" for i in range(6)])
+                raise AssertionError("MGET of 90 MiB answered")
+            except redis.exceptions.ResponseError as e:
+                assert "more than" in str(e)
+            # RANGE stops once a reply's worth is in (64 MiB: the fifth
+            # value passes it), as LIMIT would; the client goes on after
+            # the last key.
+            got = r.execute_command("RANGE", "", "")
+            assert got[0::2] == [b"v0", b"v1", b"v2", b"v3", b"v4"]
+            rest = r.execute_command("RANGE", "v4\x00", "")
+            assert rest[0::2] == [b"v5"] and rest[1] == b"F" * big
+        finally:
+            assert s.stop() == 0

@@ -492,11 +492,7 @@ pub async fn execute(shared: &Shared, s: &mut Session, args: Vec<Vec<u8>>) -> Re
             .map(|k| get(shared, k).map(|v| i64::from(v.is_some())))
             .sum::<Result<i64, Reply>>()
             .map(Reply::Int),
-        "MGET" => args[1..]
-            .iter()
-            .map(|k| lookup(shared, k))
-            .collect::<Result<Vec<_>, _>>()
-            .map(Reply::Array),
+        "MGET" => mget(shared, &args[1..]),
         "DBSIZE" => shared
             .db
             .stats()
@@ -687,14 +683,18 @@ fn scan(shared: &Shared, args: &[Vec<u8>]) -> Result<Reply, Reply> {
     let mut keys = Vec::new();
     let mut last = None;
     let mut seen = 0;
+    let mut bytes = 0;
     if only_strings {
         for item in shared.db.range::<&[u8], _>((lower, Bound::Unbounded)) {
             let (k, _) = item.map_err(|e| Reply::err(e.to_string()))?;
             seen += 1;
             if pattern.is_none_or(|p| glob::matches(p, &k)) {
+                bytes += k.len();
                 keys.push(Reply::Bulk(k.clone()));
             }
-            if seen == count {
+            // COUNT keys looked at, or a reply's worth of bytes: a cursor
+            // goes on from there.
+            if seen == count || bytes >= MAX_KEYS_REPLY_BYTES {
                 last = Some(k);
                 break;
             }
@@ -712,8 +712,30 @@ fn scan(shared: &Shared, args: &[Vec<u8>]) -> Result<Reply, Reply> {
 
 /// Bytes of keys one KEYS reply holds, at most: past it the client is
 /// told to use SCAN (Redis has no bound; a reply of the whole keyspace
-/// can be the server's memory).
+/// can be the server's memory). Also the most bytes of values an MGET or
+/// a RANGE answers, and of keys a SCAN does.
 pub const MAX_KEYS_REPLY_BYTES: usize = 64 << 20;
+
+/// MGET key...: refused past `MAX_KEYS_REPLY_BYTES` of values (a million
+/// keys of 16 MiB values would be 16 TiB of reply held in memory).
+fn mget(shared: &Shared, keys: &[Vec<u8>]) -> Result<Reply, Reply> {
+    let mut out = Vec::with_capacity(keys.len());
+    let mut bytes = 0;
+    for k in keys {
+        let r = lookup(shared, k)?;
+        if let Reply::Bulk(v) = &r {
+            bytes += v.len();
+            if bytes > MAX_KEYS_REPLY_BYTES {
+                return Err(Reply::err(format!(
+                    "MGET would answer more than {MAX_KEYS_REPLY_BYTES} bytes of values; \
+                     ask for fewer keys at a time"
+                )));
+            }
+        }
+        out.push(r);
+    }
+    Ok(Reply::Array(out))
+}
 
 /// KEYS pattern: every key matching, in key order, from one snapshot. A
 /// pattern that starts with literal bytes scans only the keys with that
@@ -767,6 +789,7 @@ fn range(shared: &Shared, args: &[Vec<u8>]) -> Result<Reply, Reply> {
         Bound::Excluded(end)
     };
     let mut out = Vec::new();
+    let mut bytes = 0;
     if limit > 0 && (end.is_empty() || start < end) {
         for item in shared
             .db
@@ -774,8 +797,15 @@ fn range(shared: &Shared, args: &[Vec<u8>]) -> Result<Reply, Reply> {
             .take(limit)
         {
             let (k, v) = item.map_err(|e| Reply::err(e.to_string()))?;
+            bytes += k.len() + v.len();
             out.push(Reply::Bulk(k));
             out.push(Reply::Bulk(v));
+            // At least one pair; past a reply's worth of bytes the answer
+            // ends early, as under LIMIT: the client goes on after its
+            // last key.
+            if bytes >= MAX_KEYS_REPLY_BYTES {
+                break;
+            }
         }
     }
     Ok(Reply::Array(out))
