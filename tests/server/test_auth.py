@@ -32,8 +32,25 @@ def test_nothing_runs_before_auth(locked):
     r = redis.Redis(host=locked.host, port=locked.port)
     for call in [lambda: r.set("k", "v"), lambda: r.get("k"), lambda: r.dbsize(),
                  lambda: r.execute_command("MULTI")]:
-        with pytest.raises(redis.exceptions.AuthenticationError, match="Authentication required"):
+        # (redis-py may open with HELLO 3, refused first.)
+        with pytest.raises(redis.exceptions.AuthenticationError, match="(?i)authenticat"):
             call()
+    # HELLO without AUTH is refused too (redis-py's RESP3 handshake).
+    r3 = redis.Redis(host=locked.host, port=locked.port, protocol=3)
+    with pytest.raises(redis.exceptions.AuthenticationError, match="HELLO must be called"):
+        r3.ping()
+    # Many refusals in one read are all answered, in order.
+    import socket
+    with socket.create_connection((locked.host, locked.port)) as c:
+        n = 10_000
+        c.sendall(b"GET k\r\n" * n + b"AUTH s3cret\r\nDBSIZE\r\n")
+        want = b"-NOAUTH Authentication required.\r\n" * n + b"+OK\r\n:0\r\n"
+        got = b""
+        while len(got) < len(want):
+            chunk = c.recv(1 << 16)
+            assert chunk
+            got += chunk
+        assert got == want
     # The refused commands did nothing.
     ok = redis.Redis(host=locked.host, port=locked.port, password="s3cret")
     assert ok.dbsize() == 0

@@ -520,6 +520,13 @@ pub async fn execute(shared: &Shared, s: &mut Session, args: Vec<Vec<u8>>) -> Re
         "FLUSHDB" | "FLUSHALL" => flush(shared, &args).await,
         "INFO" => Ok(Reply::bulk(crate::info::render(shared, &args[1..]))),
         "HELLO" => match hello_auth(shared, s, &args).await {
+            // As Redis: a locked server answers HELLO only with AUTH.
+            Ok(()) if s.identity.is_none() => Err(Reply::coded(
+                "NOAUTH",
+                "HELLO must be called with the client already authenticated, otherwise the \
+                 HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client \
+                 and select the RESP protocol version at the same time",
+            )),
             Ok(()) => hello(s, &args),
             Err(e) => Err(e),
         },

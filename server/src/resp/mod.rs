@@ -256,6 +256,15 @@ pub async fn serve(mut stream: Box<dyn Stream>, peer: String, shared: Arc<Shared
                     transaction::abort(tx);
                 }
                 slots.push_back(Slot::Ready(refusal));
+                // At most MAX_PIPELINE unanswered, refusals too.
+                if slots.len() >= MAX_PIPELINE {
+                    queue(&shared, &mut group, &mut writes, &mut slots).await;
+                    settle(&mut slots, &mut out, session.resp3).await;
+                    if !send(&shared, &mut stream, &out).await {
+                        return;
+                    }
+                    out.clear();
+                }
                 continue;
             }
             // Inside MULTI every command but the transaction's own is
