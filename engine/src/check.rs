@@ -297,6 +297,20 @@ fn check_checkpoint_tree(pager: &Pager, c: CheckpointRecord, report: &mut CheckR
     }
 }
 
+/// Notes a problem when the current version's count of `what` (`counted`)
+/// is not what its tree holds (`held`), or could not be made.
+fn compare_count(report: &mut CheckReport, what: &str, counted: Result<u64>, held: u64) {
+    match counted {
+        Ok(counted) if counted != held => report.problems.push(format!(
+            "current version counts {counted} {what}, holds {held}"
+        )),
+        Ok(_) => {}
+        Err(e) => report
+            .problems
+            .push(format!("current version: counting {what}: {e}")),
+    }
+}
+
 /// Phase 5: the current version, which adds the commits since the newest
 /// checkpoint, in memory: its tree, and the write buffer over it. The
 /// pairs it counts are the store's.
@@ -322,30 +336,13 @@ fn check_current_version(
                     .into_iter()
                     .map(|p| format!("current version: {p}")),
             );
-            match inner.tree_pairs(&v) {
-                Ok(counted) if counted != t.pairs => report.problems.push(format!(
-                    "current version counts {counted} pairs, holds {}",
-                    t.pairs
-                )),
-                Ok(_) => {}
-                Err(e) => report
-                    .problems
-                    .push(format!("current version: counting: {e}")),
-            }
+            compare_count(report, "pairs", inner.tree_pairs(&v), t.pairs);
             report.pairs = t.pairs;
             // The deadlines kept from apply to apply (or, not yet known,
             // walked through the subtrees' earliest deadlines), against
             // every entry's.
-            match inner.tree_deadlines(&v) {
-                Ok(kept) if kept != t.deadlines => report.problems.push(format!(
-                    "current version counts {kept} values with deadlines, holds {}",
-                    t.deadlines
-                )),
-                Ok(_) => {}
-                Err(e) => report
-                    .problems
-                    .push(format!("current version: counting deadlines: {e}")),
-            }
+            let kept = inner.tree_deadlines(&v);
+            compare_count(report, "values with deadlines", kept, t.deadlines);
         } else {
             report.pairs = 0;
         }

@@ -8,7 +8,7 @@ import tempfile
 import pytest
 import redis
 
-from test_resp import KIVI, Server
+from test_resp import KIVI, Server, read_exactly
 
 
 @pytest.fixture
@@ -45,12 +45,7 @@ def test_nothing_runs_before_auth(locked):
         n = 10_000
         c.sendall(b"GET k\r\n" * n + b"AUTH s3cret\r\nDBSIZE\r\n")
         want = b"-NOAUTH Authentication required.\r\n" * n + b"+OK\r\n:0\r\n"
-        got = b""
-        while len(got) < len(want):
-            chunk = c.recv(1 << 16)
-            assert chunk
-            got += chunk
-        assert got == want
+        assert read_exactly(c, len(want)) == want
     # The refused commands did nothing.
     ok = redis.Redis(host=locked.host, port=locked.port, password="s3cret")
     assert ok.dbsize() == 0
@@ -79,12 +74,7 @@ def test_a_wrong_password_is_refused_and_a_right_one_lets_in(locked):
         want = (b"+OK\r\n-WRONGPASS invalid username-password pair or user is disabled.\r\n"
                 b"$6\r\nreader\r\n$1\r\nv\r\n"
                 b"-NOPERM User reader has no permissions to run the 'set' command\r\n")
-        got = b""
-        while len(got) < len(want):
-            chunk = c.recv(4096)
-            assert chunk
-            got += chunk
-        assert got == want
+        assert read_exactly(c, len(want)) == want
 
 
 def test_a_read_only_user_reads_and_cannot_write(locked):

@@ -39,6 +39,16 @@ class Server:
         return self.proc.wait(timeout=60)
 
 
+def read_exactly(sock, n):
+    """The next `n` bytes the server sends on `sock`."""
+    got = b""
+    while len(got) < n:
+        chunk = sock.recv(1 << 16)
+        assert chunk, "the server closed the connection"
+        got += chunk
+    return got
+
+
 @pytest.fixture
 def server():
     with tempfile.TemporaryDirectory() as tmp:
@@ -124,12 +134,7 @@ def test_a_long_pipeline_is_read_in_large_chunks_that_share_commits(server):
     with socket.create_connection((server.host, server.port)) as s:
         s.sendall(wire)
         want = b"+OK\r\n" * n
-        got = b""
-        while len(got) < len(want):
-            chunk = s.recv(1 << 16)
-            assert chunk, "the server closed the connection"
-            got += chunk
-        assert got == want
+        assert read_exactly(s, len(want)) == want
     commits = r.info("stats")["kivi_group_commits"] - before
     assert 1 <= commits <= 60, commits
     assert r.get("key:19999") == b"val:19999" and r.dbsize() == n
