@@ -44,6 +44,7 @@ fn mimalloc_committed_bytes() -> u64 {
 mod bench;
 mod codec;
 mod commands;
+mod config_file;
 mod error;
 mod load;
 mod progress;
@@ -82,16 +83,16 @@ struct Cli {
 }
 
 #[derive(Args, Debug)]
-struct Global {
+pub struct Global {
     /// Store directory [default: ./kivi-data]
     #[arg(short = 'd', long = "data-dir", value_name = "DIR", global = true)]
-    data_dir: Option<PathBuf>,
+    pub data_dir: Option<PathBuf>,
     /// Read keys and values (arguments, load files) as hex, and print them as hex
     #[arg(long, global = true)]
-    hex: bool,
+    pub hex: bool,
     /// Acknowledge writes without fdatasync: a machine crash may lose the latest writes
     #[arg(long, global = true)]
-    no_fsync: bool,
+    pub no_fsync: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -164,46 +165,18 @@ enum Command {
         (--requirepass, --user); without one, and for kvlds (which has no authentication) \
         unless --kvlds-allow-remote, a listener other machines could reach refuses to start. \
         SIGTERM or SIGINT: stop accepting, answer what was read, close the store. After a \
-        kill -9 nothing acknowledged is lost.",
+        kill -9 nothing acknowledged is lost.\n\n\
+        Every setting can come from a TOML file instead (--config FILE; each key the long \
+        name of a flag, users as [[user]] tables; see docs/config.md); a flag given on the \
+        command line wins. CONFIG SET changes timeout, output-timeout and max-connections \
+        while the server runs.",
         after_help = "Examples:\n  kivi -d /var/lib/kivi serve\n  redis-cli -p 6380 set greeting hello\n  \
         kivi serve --resp 0.0.0.0:6380 --requirepass s3cret --kvlds 127.0.0.1:1234\n  \
         kivi serve --requirepass s3cret --user reports:read-only:r3ad\n  \
-        redis-cli -p 6380 -a s3cret ping\n  kivi serve --resp ./kivi.sock"
+        redis-cli -p 6380 -a s3cret ping\n  kivi serve --resp ./kivi.sock\n  \
+        kivi serve --config /etc/kivi/serve.toml"
     )]
-    Serve {
-        /// RESP listener: host:port, or a Unix socket path (anything with a '/')
-        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:6380")]
-        resp: String,
-        /// Do not listen for RESP (with --kvlds)
-        #[arg(long)]
-        no_resp: bool,
-        /// kvlds listener: host:port or a Unix socket path; none unless given
-        #[arg(long, value_name = "ADDR")]
-        kvlds: Option<String>,
-        /// Most connections open at once, over both listeners
-        #[arg(long, value_name = "N", default_value_t = kivi_server::DEFAULT_MAX_CONNECTIONS)]
-        max_connections: usize,
-        /// The default user's password (Redis's requirepass: AUTH PASSWORD, redis-cli -a);
-        /// every RESP connection must then authenticate
-        #[arg(long, value_name = "PASSWORD")]
-        requirepass: Option<String>,
-        /// A user with a role, read-write or read-only (AUTH NAME PASSWORD, redis-cli
-        /// --user NAME -a PASSWORD); repeat for more users
-        #[arg(long = "user", value_name = "NAME:ROLE:PASSWORD")]
-        users: Vec<String>,
-        /// Let the kvlds listener, which has no authentication, listen on an address other
-        /// machines reach
-        #[arg(long)]
-        kvlds_allow_remote: bool,
-        /// Close a RESP connection that sends nothing for this many seconds (Redis's
-        /// timeout); 0: never
-        #[arg(long, value_name = "SECONDS", default_value_t = 0)]
-        timeout: u64,
-        /// Close a RESP connection whose replies wait this many seconds for the client to
-        /// read them
-        #[arg(long, value_name = "SECONDS", default_value_t = kivi_server::DEFAULT_OUTPUT_TIMEOUT.as_secs())]
-        output_timeout: u64,
-    },
+    Serve(serve::ServeFlags),
     /// Measure kivi, and other stores, on kv40 data (40-byte keys and values)
     #[command(
         long_about = "Measure kivi, and with a build with `--features peers` the stores users \
@@ -304,30 +277,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Check => commands::check(&store),
         Command::Compact => commands::compact(&store),
         Command::Stats { json } => stats::run(&store, *json),
-        Command::Serve {
-            resp,
-            no_resp,
-            kvlds,
-            max_connections,
-            requirepass,
-            users,
-            kvlds_allow_remote,
-            timeout,
-            output_timeout,
-        } => serve::run(
-            &store,
-            serve::ServeArgs {
-                resp,
-                no_resp: *no_resp,
-                kvlds: kvlds.as_deref(),
-                max_connections: *max_connections,
-                requirepass: requirepass.as_deref(),
-                users,
-                kvlds_allow_remote: *kvlds_allow_remote,
-                idle_timeout: *timeout,
-                output_timeout: *output_timeout,
-            },
-        ),
+        Command::Serve(flags) => serve::run(g, flags),
         Command::Table(args) => table::run(&store, args),
         #[cfg(feature = "bench")]
         Command::Bench(_) => unreachable!("handled above"),
@@ -345,10 +295,15 @@ pub struct Store {
 
 impl Store {
     fn new(g: &Global) -> Self {
+        Self::with(g.data_dir.clone(), g.hex, g.no_fsync)
+    }
+
+    /// The store in `dir` (the default directory when `None`).
+    pub fn with(dir: Option<PathBuf>, hex: bool, no_fsync: bool) -> Self {
         Store {
-            dir: g.data_dir.clone().unwrap_or_else(|| DEFAULT_DIR.into()),
-            codec: Codec::new(g.hex),
-            durability: if g.no_fsync {
+            dir: dir.unwrap_or_else(|| DEFAULT_DIR.into()),
+            codec: Codec::new(hex),
+            durability: if no_fsync {
                 Durability::NoFsync
             } else {
                 Durability::Fsync

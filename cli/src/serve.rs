@@ -1,35 +1,125 @@
 //! `kivi serve`: the store over TCP or Unix sockets (see the kivi-server crate).
 
+use crate::config_file::ServeFile;
 use crate::error::{CliError, Result};
-use crate::Store;
+use crate::{Global, Store};
 use kivi_server::listen::Addr;
 use kivi_server::Config;
 use std::io::Write;
+use std::path::PathBuf;
 use std::time::Duration;
 
-pub struct ServeArgs<'a> {
-    pub resp: &'a str,
+/// `kivi serve`'s flags. Each setting is optional here so that one given
+/// in a config file (`--config`) counts unless the flag is given too.
+#[derive(clap::Args, Debug, Default)]
+pub struct ServeFlags {
+    /// Read settings from this TOML file (docs/config.md); a flag given here wins over it
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// RESP listener: host:port, or a Unix socket path (anything with a '/')
+    /// [default: 127.0.0.1:6380]
+    #[arg(long, value_name = "ADDR")]
+    pub resp: Option<String>,
+    /// Do not listen for RESP (with --kvlds)
+    #[arg(long)]
     pub no_resp: bool,
-    pub kvlds: Option<&'a str>,
-    pub max_connections: usize,
-    pub requirepass: Option<&'a str>,
-    pub users: &'a [String],
+    /// kvlds listener: host:port or a Unix socket path; none unless given
+    #[arg(long, value_name = "ADDR")]
+    pub kvlds: Option<String>,
+    /// Most connections open at once, over both listeners [default: 10000]
+    #[arg(long, value_name = "N")]
+    pub max_connections: Option<usize>,
+    /// The default user's password (Redis's requirepass: AUTH PASSWORD, redis-cli -a);
+    /// every RESP connection must then authenticate. Other users of this machine see
+    /// command lines: a config file keeps it out of sight
+    #[arg(long, value_name = "PASSWORD")]
+    pub requirepass: Option<String>,
+    /// A user with a role, read-write or read-only (AUTH NAME PASSWORD, redis-cli
+    /// --user NAME -a PASSWORD); repeat for more users
+    #[arg(long = "user", value_name = "NAME:ROLE:PASSWORD")]
+    pub users: Vec<String>,
+    /// Let the kvlds listener, which has no authentication, listen on an address other
+    /// machines reach
+    #[arg(long)]
     pub kvlds_allow_remote: bool,
-    pub idle_timeout: u64,
-    pub output_timeout: u64,
+    /// Close a RESP connection that sends nothing for this many seconds (Redis's
+    /// timeout); 0: never [default: 0]
+    #[arg(long, value_name = "SECONDS")]
+    pub timeout: Option<u64>,
+    /// Close a RESP connection whose replies wait this many seconds for the client to
+    /// read them [default: 60]
+    #[arg(long, value_name = "SECONDS")]
+    pub output_timeout: Option<u64>,
 }
 
-pub fn run(store: &Store, a: ServeArgs<'_>) -> Result<()> {
+/// Where `kivi serve` listens and how: the flags over the config file
+/// over the defaults.
+struct ServeArgs {
+    resp: String,
+    no_resp: bool,
+    kvlds: Option<String>,
+    max_connections: usize,
+    requirepass: Option<String>,
+    users: Vec<String>,
+    kvlds_allow_remote: bool,
+    idle_timeout: u64,
+    output_timeout: u64,
+}
+
+impl ServeArgs {
+    fn merge(flags: &ServeFlags, file: ServeFile) -> ServeArgs {
+        // The file's users come after the flags' (a name given in both is
+        // refused as given twice, rather than one silently winning).
+        let mut users = flags.users.clone();
+        users.extend(file.user.iter().map(|u| u.spec()));
+        ServeArgs {
+            resp: flags
+                .resp
+                .clone()
+                .or(file.resp)
+                .unwrap_or_else(|| "127.0.0.1:6380".into()),
+            no_resp: flags.no_resp || file.no_resp.unwrap_or(false),
+            kvlds: flags.kvlds.clone().or(file.kvlds),
+            max_connections: flags
+                .max_connections
+                .or(file.max_connections)
+                .unwrap_or(kivi_server::DEFAULT_MAX_CONNECTIONS),
+            requirepass: flags.requirepass.clone().or(file.requirepass),
+            users,
+            kvlds_allow_remote: flags.kvlds_allow_remote
+                || file.kvlds_allow_remote.unwrap_or(false),
+            idle_timeout: flags.timeout.or(file.timeout).unwrap_or(0),
+            output_timeout: flags
+                .output_timeout
+                .or(file.output_timeout)
+                .unwrap_or(kivi_server::DEFAULT_OUTPUT_TIMEOUT.as_secs()),
+        }
+    }
+}
+
+pub fn run(global: &Global, flags: &ServeFlags) -> Result<()> {
+    let file = match &flags.config {
+        Some(path) => ServeFile::read(path)?,
+        None => ServeFile::default(),
+    };
+    // The store: -d and --no-fsync on the command line win over the file.
+    let store = Store::with(
+        global.data_dir.clone().or(file.data_dir.clone()),
+        global.hex,
+        global.no_fsync || file.no_fsync.unwrap_or(false),
+    );
+    let a = ServeArgs::merge(flags, file);
     if a.max_connections == 0 {
         return Err(CliError::Input(
             "--max-connections must be at least 1".into(),
         ));
     }
     let resp = (!a.no_resp)
-        .then(|| Addr::parse(a.resp).map_err(|e| CliError::Input(format!("--resp: {e}"))))
+        .then(|| Addr::parse(&a.resp).map_err(|e| CliError::Input(format!("--resp: {e}"))))
         .transpose()?;
     let kvlds = a
         .kvlds
+        .as_deref()
         .map(|k| Addr::parse(k).map_err(|e| CliError::Input(format!("--kvlds: {e}"))))
         .transpose()?;
     if resp.is_none() && kvlds.is_none() {
@@ -37,7 +127,7 @@ pub fn run(store: &Store, a: ServeArgs<'_>) -> Result<()> {
             "--no-resp without --kvlds leaves nothing to listen on".into(),
         ));
     }
-    let users = kivi_server::auth::Users::new(a.requirepass, a.users)
+    let users = kivi_server::auth::Users::new(a.requirepass.as_deref(), &a.users)
         .map_err(|e| CliError::Input(format!("--requirepass / --user: {e}")))?;
     let config = Config {
         resp,

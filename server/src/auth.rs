@@ -37,6 +37,14 @@ impl Role {
             _ => None,
         }
     }
+
+    /// The name `parse` takes for it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::ReadWrite => "read-write",
+            Role::ReadOnly => "read-only",
+        }
+    }
 }
 
 /// The user Redis clients authenticate as when they give no name.
@@ -111,6 +119,12 @@ fn hash(password: &str) -> Result<String, UserError> {
 }
 
 impl Users {
+    /// Each user's name and role (never a hash), the default user first
+    /// when it is one.
+    pub fn roles(&self) -> impl Iterator<Item = (&str, Role)> {
+        self.users.iter().map(|u| (u.name.as_str(), u.role))
+    }
+
     /// The users of `--requirepass` (the default user's password, if any)
     /// and of each `--user NAME:ROLE:PASSWORD`. When users are named but
     /// the default user has no password, the default user is left out:

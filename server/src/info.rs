@@ -56,7 +56,7 @@ pub fn render(shared: &Shared, sections: &[Vec<u8>]) -> String {
                 "connected_clients",
                 shared.connections.load(Ordering::Relaxed).to_string(),
             ),
-            ("maxclients", shared.max_connections.to_string()),
+            ("maxclients", shared.live.max_connections().to_string()),
             // No blocking commands: nobody waits on a key.
             ("blocked_clients", "0".into()),
         ],

@@ -19,6 +19,7 @@ pub mod info;
 pub mod kvlds;
 pub mod listen;
 pub mod resp;
+pub mod settings;
 
 use auth::Users;
 use committer::Committer;
@@ -27,11 +28,12 @@ use cursors::Cursors;
 use kivi::{Db, Durability};
 use listen::{Addr, Listener};
 use parking_lot::Mutex;
+use settings::LiveSettings;
 use std::io;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 /// Default bound on open connections, over both listeners.
@@ -110,12 +112,14 @@ pub struct Shared {
     /// The address the RESP listener is bound to (`host:port` or a socket
     /// path), for CONFIG GET bind / port / unixsocket.
     pub resp_addr: Option<String>,
-    pub max_connections: usize,
+    /// The kvlds listener's bound address, for CONFIG GET.
+    pub kvlds_addr: Option<String>,
+    pub kvlds_remote: bool,
     pub durability: Durability,
     pub allocator: Option<Allocator>,
     pub users: Arc<Users>,
-    pub idle_timeout: Option<Duration>,
-    pub output_timeout: Duration,
+    /// The connection limit and the timeouts, which CONFIG SET may change.
+    pub live: LiveSettings,
     /// INFO's Stats counters.
     pub counters: Counters,
     /// The recent command rates (`instantaneous_ops_per_sec`), filled by
@@ -229,6 +233,10 @@ async fn serve(
         .iter()
         .find(|(p, _)| *p == "resp")
         .map(|(_, a)| a.clone());
+    let kvlds_addr = bound
+        .iter()
+        .find(|(p, _)| *p == "kvlds")
+        .map(|(_, a)| a.clone());
     let (stop_tx, stop_rx) = watch::channel(false);
     let shared = Arc::new(Shared {
         db,
@@ -240,15 +248,22 @@ async fn serve(
         started: Instant::now(),
         resp_port,
         resp_addr,
-        max_connections: config.max_connections,
+        kvlds_addr,
+        kvlds_remote: config.kvlds_remote,
         durability: config.durability,
         allocator: config.allocator,
         users: config.users.clone(),
-        idle_timeout: config.idle_timeout,
-        output_timeout: config.output_timeout,
+        live: LiveSettings::new(
+            config.idle_timeout,
+            config.output_timeout,
+            config.max_connections,
+        ),
         counters: Counters::default(),
         ops: Mutex::new(OpsSampler::default()),
     });
+    // Before `ready`: a SIGTERM sent as soon as the listeners are
+    // announced must stop the server cleanly, not kill it.
+    let signals = Signals::install()?;
     ready(&bound);
     let sampler = {
         let (shared, stop) = (shared.clone(), shared.stop.clone());
@@ -256,12 +271,11 @@ async fn serve(
             counters::sample_ops(&shared.counters, &shared.ops, stop).await;
         })
     };
-    let slots = Arc::new(Semaphore::new(config.max_connections));
     let mut accept_loops = JoinSet::new();
     for (l, proto) in listeners {
-        accept_loops.spawn(accept_loop(l, proto, shared.clone(), slots.clone()));
+        accept_loops.spawn(accept_loop(l, proto, shared.clone()));
     }
-    wait_for_signal().await;
+    signals.wait().await;
     eprintln!("kivi serve: stopping: no new connections; answering what was read");
     let _ = stop_tx.send(true);
     while accept_loops.join_next().await.is_some() {}
@@ -270,19 +284,58 @@ async fn serve(
     Ok(())
 }
 
-async fn wait_for_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).expect("install a SIGTERM handler");
-    let mut int = signal(SignalKind::interrupt()).expect("install a SIGINT handler");
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+/// The signals that stop the server, caught from the moment they are
+/// installed.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> io::Result<Signals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Signals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+        })
+    }
+
+    async fn wait(mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
+        }
+    }
+}
+
+/// One open connection, counted in `Shared::connections` from its accept
+/// until it is dropped.
+struct ConnectionSlot(Arc<Shared>);
+
+impl ConnectionSlot {
+    /// A slot, unless as many connections as the limit allows are open
+    /// (the limit as it is now: CONFIG SET maxclients may have changed it).
+    /// Counted before the check, so two listeners accepting at once cannot
+    /// both take the last slot.
+    fn take(shared: &Arc<Shared>) -> Option<ConnectionSlot> {
+        let open = shared.connections.fetch_add(1, Ordering::Relaxed);
+        if open >= shared.live.max_connections() {
+            shared.connections.fetch_sub(1, Ordering::Relaxed);
+            return None;
+        }
+        Some(ConnectionSlot(shared.clone()))
+    }
+}
+
+impl Drop for ConnectionSlot {
+    fn drop(&mut self) {
+        self.0.connections.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
 /// Accepts connections until the server stops, then waits (at most
 /// `STOP_GRACE`) for the ones it accepted to finish.
-async fn accept_loop(l: Listener, proto: Protocol, shared: Arc<Shared>, slots: Arc<Semaphore>) {
+async fn accept_loop(l: Listener, proto: Protocol, shared: Arc<Shared>) {
     let mut conns = JoinSet::new();
     let mut stop = shared.stop.clone();
     loop {
@@ -302,7 +355,7 @@ async fn accept_loop(l: Listener, proto: Protocol, shared: Arc<Shared>, slots: A
                 continue;
             }
         };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
+        let Some(slot) = ConnectionSlot::take(&shared) else {
             Counters::add(&shared.counters.rejected_connections, 1);
             eprintln!("kivi serve: refused a connection from {peer}: at the connection limit");
             if proto == Protocol::Resp {
@@ -316,12 +369,10 @@ async fn accept_loop(l: Listener, proto: Protocol, shared: Arc<Shared>, slots: A
         Counters::add(&shared.counters.connections_received, 1);
         let shared = shared.clone();
         conns.spawn(async move {
-            shared.connections.fetch_add(1, Ordering::Relaxed);
             match proto {
                 Protocol::Resp => resp::serve(stream, peer, shared.clone()).await,
                 Protocol::Kvlds => kvlds::serve(stream, peer, shared.clone()).await,
             }
-            shared.connections.fetch_sub(1, Ordering::Relaxed);
             drop(slot);
         });
     }

@@ -94,22 +94,22 @@ async fn queue(
 /// taken it within `Shared::output_timeout` (a client that sends and never
 /// reads its replies is let go, rather than holding a connection forever).
 async fn send(shared: &Shared, stream: &mut Box<dyn Stream>, out: &[u8]) -> bool {
-    match tokio::time::timeout(shared.output_timeout, stream.write_all(out)).await {
+    let limit = shared.live.output_timeout();
+    match tokio::time::timeout(limit, stream.write_all(out)).await {
         Ok(r) => r.is_ok(),
         Err(_) => {
             eprintln!(
-                "kivi serve: closed a RESP connection that read none of its replies for {:?}",
-                shared.output_timeout
+                "kivi serve: closed a RESP connection that read none of its replies for {limit:?}"
             );
             false
         }
     }
 }
 
-/// Waits `timeout`, or forever without one.
-async fn idle(timeout: Option<std::time::Duration>) {
+/// Waits until `timeout` after `since`, or forever without a timeout.
+async fn idle(since: tokio::time::Instant, timeout: Option<std::time::Duration>) {
     match timeout {
-        Some(t) => tokio::time::sleep(t).await,
+        Some(t) => tokio::time::sleep_until(since + t).await,
         None => std::future::pending().await,
     }
 }
@@ -208,6 +208,7 @@ pub async fn serve(mut stream: Box<dyn Stream>, peer: String, shared: Arc<Shared
         ..Session::default()
     };
     let mut stop = shared.stop.clone();
+    let mut settings = shared.live.subscribe();
     let mut buf: Vec<u8> = Vec::with_capacity(IDLE_BUFFER);
     let mut out: Vec<u8> = Vec::new();
     let mut slots: VecDeque<Slot> = VecDeque::new();
@@ -382,23 +383,34 @@ pub async fn serve(mut stream: Box<dyn Stream>, peer: String, shared: Arc<Shared
             buf.reserve(IDLE_BUFFER);
         }
         let room = buf.capacity() - buf.len();
-        tokio::select! {
-            r = stream.read_buf(&mut buf) => match r {
-                Ok(0) | Err(_) => return,
-                Ok(n) => filled = n == room,
-            },
-            _ = stop.changed() => {
-                let _ = stream.shutdown().await;
-                return;
-            }
-            // Nothing is pending here (every reply is written): the
-            // client has sent nothing, or not the rest of a command, for
-            // that long.
-            _ = idle(shared.idle_timeout) => {
-                eprintln!("kivi serve: closed RESP connection from {peer}: idle for {:?}",
-                    shared.idle_timeout.unwrap_or_default());
-                let _ = stream.shutdown().await;
-                return;
+        let waiting_since = tokio::time::Instant::now();
+        loop {
+            let timeout = shared.live.idle_timeout();
+            tokio::select! {
+                r = stream.read_buf(&mut buf) => match r {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => {
+                        filled = n == room;
+                        break;
+                    }
+                },
+                _ = stop.changed() => {
+                    let _ = stream.shutdown().await;
+                    return;
+                }
+                // CONFIG SET changed the timeout: wait again, under the
+                // new one, counted from the same moment (read_buf is
+                // cancel-safe: nothing read is lost).
+                _ = settings.changed() => continue,
+                // Nothing is pending here (every reply is written): the
+                // client has sent nothing, or not the rest of a command,
+                // for that long.
+                _ = idle(waiting_since, timeout) => {
+                    eprintln!("kivi serve: closed RESP connection from {peer}: idle for {:?}",
+                        timeout.unwrap_or_default());
+                    let _ = stream.shutdown().await;
+                    return;
+                }
             }
         }
     }
