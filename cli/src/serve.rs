@@ -46,8 +46,8 @@ pub struct ServeFlags {
     /// timeout); 0: never [default: 0]
     #[arg(long, value_name = "SECONDS")]
     pub timeout: Option<u64>,
-    /// Close a RESP connection whose replies wait this many seconds for the client to
-    /// read them [default: 60]
+    /// Close a connection (RESP or kvlds) whose replies wait this many seconds for the
+    /// client to read them [default: 60]
     #[arg(long, value_name = "SECONDS")]
     pub output_timeout: Option<u64>,
 }

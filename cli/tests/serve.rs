@@ -491,6 +491,41 @@ fn kvlds_a_client_that_does_not_read_is_held_back_then_answered_in_full() {
     sender.join().unwrap();
 }
 
+/// A kvlds client that sends and never reads is let go once its answers
+/// have waited the output timeout, and the server goes on serving others.
+#[test]
+fn kvlds_a_client_that_never_reads_is_disconnected_after_the_output_timeout() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = Server::start_with(&tmp.path().join("store"), &["--output-timeout", "1"]);
+    let mut c = Kvlds::connect(&server.kvlds);
+    assert_eq!(c.status(&record(0x110, &[b"k", &[7u8; 200]])), 0);
+    let first = c.next_id;
+    let mut w = c.s.try_clone().unwrap();
+    // 200,000 GETs of a 200-byte value: 40 MB of answers, never read.
+    let sender = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        for i in 0..200_000u64 {
+            buf.extend_from_slice(&packet(first + i, &record(0x130, &[b"k"])));
+            if buf.len() >= 64 << 10 && w.write_all(&std::mem::take(&mut buf)).is_err() {
+                return false;
+            }
+        }
+        w.write_all(&buf).is_ok()
+    });
+    std::thread::sleep(Duration::from_secs(4));
+    // The server closed the connection: reading finds the end well before
+    // every answer.
+    let mut answers = 0u64;
+    while c.recv().is_some() {
+        answers += 1;
+    }
+    assert!(answers < 200_000, "all {answers} answers came");
+    // The sender, blocked on a full socket, was let go too.
+    let _ = sender.join().unwrap();
+    let mut other = Kvlds::connect(&server.kvlds);
+    assert_eq!(other.get(b"k"), Some(vec![7u8; 200]));
+}
+
 #[test]
 fn kvlds_range_fills_its_budget_and_says_where_to_go_on() {
     let tmp = tempfile::tempdir().unwrap();

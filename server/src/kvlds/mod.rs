@@ -107,6 +107,12 @@ pub async fn serve(stream: Box<dyn Stream>, peer: String, shared: Arc<Shared>) {
     let mut buf: Vec<u8> = Vec::with_capacity(IDLE_BUFFER);
     let mut read_size = IDLE_BUFFER;
     let mut reading = true;
+    // When the client last took answers (or had none owed): a client that
+    // sends and never reads is let go after the output timeout, as on
+    // RESP, rather than holding its connection slot forever. (RESP's idle
+    // timeout does not apply: kivaloo's front ends keep one connection for
+    // their life, idle or not.)
+    let mut last_taken = tokio::time::Instant::now();
     loop {
         // Every complete request read so far, within the limits.
         let mut used = 0;
@@ -139,6 +145,10 @@ pub async fn serve(stream: Box<dyn Stream>, peer: String, shared: Arc<Shared>) {
         if !reading && c.pending == 0 && c.unsent() == 0 {
             break;
         }
+        if c.unsent() == 0 {
+            last_taken = tokio::time::Instant::now();
+        }
+        let output_timeout = c.shared.live.output_timeout();
         let can_read = reading && c.pending < MAX_IN_FLIGHT && c.unsent() < MAX_UNSENT;
         if can_read {
             if buf.is_empty() && buf.capacity() > 2 * read_size {
@@ -152,6 +162,7 @@ pub async fn serve(stream: Box<dyn Stream>, peer: String, shared: Arc<Shared>) {
             biased;
             w = wr.write(&c.out[c.sent..]), if c.unsent() > 0 => match w {
                 Ok(n) if n > 0 => {
+                    last_taken = tokio::time::Instant::now();
                     c.sent += n;
                     if c.sent == c.out.len() {
                         c.out.clear();
@@ -176,6 +187,12 @@ pub async fn serve(stream: Box<dyn Stream>, peer: String, shared: Arc<Shared>) {
                 Err(e) => c.close = Some(format!("read failed: {e}")),
             },
             _ = stop.changed(), if reading => reading = false,
+            // Not polled unless the write above is blocked, so the timer
+            // costs nothing while the client keeps up.
+            _ = tokio::time::sleep_until(last_taken + output_timeout), if c.unsent() > 0 => {
+                c.close = Some(format!("read none of its answers for {output_timeout:?}"));
+                break;
+            }
         }
     }
     if let Some(reason) = &c.close {
