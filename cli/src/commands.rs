@@ -32,7 +32,7 @@ pub fn put(store: &Store, key: &OsStr, value: &OsStr) -> Result<()> {
 
 pub fn del(store: &Store, key: &OsStr) -> Result<()> {
     let key = key_arg(store, key)?;
-    let db = store.open_writable()?;
+    let db = store.open_existing()?;
     db.delete(&key)?;
     Ok(db.close()?)
 }
@@ -78,7 +78,7 @@ fn write_pair(store: &Store, out: &mut impl Write, key: &[u8], value: &[u8]) -> 
 
 /// Compacts the store and prints what it took before and after.
 pub fn compact(store: &Store) -> Result<()> {
-    let db = store.open_writable()?;
+    let db = store.open_existing()?;
     let before = db.stats()?;
     db.compact()?;
     let after = db.stats()?;

@@ -322,6 +322,18 @@ impl Store {
         Ok(Db::open(&self.dir, opts)?)
     }
 
+    /// For commands that change a store but make no sense on a new one
+    /// (del, compact): a missing store is an error naming the directory,
+    /// not an empty store made by a typo.
+    pub fn open_existing(&self) -> Result<Db> {
+        let opts = Options {
+            durability: self.durability,
+            create_if_missing: false,
+            ..Options::default()
+        };
+        Ok(Db::open(&self.dir, opts)?)
+    }
+
     /// For writing commands: creates the store if the directory holds none.
     pub fn open_writable(&self) -> Result<Db> {
         let opts = Options {

@@ -27,32 +27,73 @@ enum Codecs {
 
 #[derive(Args, Debug, Clone)]
 struct WriteOpts {
-    /// Block compression of the log
-    #[arg(long, value_enum, default_value = "none")]
-    compression: Codecs,
-    /// Uncompressed bytes per compression block (16..=1073741824)
-    #[arg(long, value_name = "BYTES", default_value_t = 4096,
+    /// Block compression of the log [default: none; for rewrite, the source's]
+    #[arg(long, value_enum)]
+    compression: Option<Codecs>,
+    /// Uncompressed bytes per compression block, 16..=1073741824 [default: 4096; for
+    /// rewrite, the source's]
+    #[arg(long, value_name = "BYTES",
           value_parser = clap::value_parser!(u32).range(16..=(1 << 30)))]
-    block_size: u32,
+    block_size: Option<u32>,
     /// Memory the index build may use, in MiB; larger tables are built
     /// through temporary files beside the table
     #[arg(long, value_name = "MIB", default_value_t = 256)]
     memory_limit: u64,
+    /// Replace a table that already exists under the new name
+    #[arg(long)]
+    force: bool,
 }
 
+/// Block size when none is given and none is inherited.
+const DEFAULT_BLOCK_SIZE: u32 = 4096;
+
 impl WriteOpts {
-    fn writer_options(&self) -> WriterOptions {
+    /// The writer's options: what was given, else `inherited` (a
+    /// rewrite's source: its compression and block size), else none.
+    fn writer_options(&self, inherited: Option<(Compression, u32)>) -> WriterOptions {
+        let (compression, block_size) = match (self.compression, inherited) {
+            (Some(c), _) => (
+                match c {
+                    Codecs::None => Compression::None,
+                    Codecs::Snappy => Compression::Snappy,
+                    Codecs::Zstd => Compression::Zstd,
+                },
+                inherited.map_or(DEFAULT_BLOCK_SIZE, |(_, b)| b),
+            ),
+            (None, Some(source)) => source,
+            (None, None) => (Compression::None, DEFAULT_BLOCK_SIZE),
+        };
         let mut o = WriterOptions {
-            compression: match self.compression {
-                Codecs::None => Compression::None,
-                Codecs::Snappy => Compression::Snappy,
-                Codecs::Zstd => Compression::Zstd,
-            },
-            block_size: self.block_size,
+            compression,
+            // An uncompressed source records no block size.
+            block_size: self.block_size.unwrap_or(if block_size == 0 {
+                DEFAULT_BLOCK_SIZE
+            } else {
+                block_size
+            }),
             ..WriterOptions::default()
         };
         o.index.memory_limit = self.memory_limit.saturating_mul(1 << 20).max(1 << 16);
         o
+    }
+
+    /// Refuses to write over an existing table unless --force: a table
+    /// is often the only copy of a bulk build's output.
+    fn may_write(&self, base: &Path) -> Result<()> {
+        if self.force {
+            return Ok(());
+        }
+        let (log, index) = tables::table_paths(base);
+        for path in [log, index] {
+            if path.exists() {
+                return Err(CliError::Input(format!(
+                    "{} exists; give --force to replace the table {}",
+                    path.display(),
+                    base.display()
+                )));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -124,9 +165,15 @@ pub fn run(store: &Store, args: &TableArgs) -> Result<()> {
             newbase,
             opts,
         } => {
+            let source = open(base)?;
+            let h = source.log_header();
+            let inherited = (h.compression, h.compression_block_size);
+            drop(source);
+            opts.may_write(newbase)?;
             let pb = progress::spinner("rewriting live pairs");
-            let info =
-                tables::rewrite(base, newbase, opts.writer_options(), |n| pb.set_position(n));
+            let info = tables::rewrite(base, newbase, opts.writer_options(Some(inherited)), |n| {
+                pb.set_position(n)
+            });
             pb.finish_and_clear();
             report(newbase, &info.map_err(table_err)?)
         }
@@ -161,6 +208,7 @@ fn finish(w: TableWriter, base: &Path) -> Result<()> {
 }
 
 fn create(codec: Codec, base: &Path, file: Option<&Path>, opts: &WriteOpts) -> Result<()> {
+    opts.may_write(base)?;
     let (name, reader, pb): (String, Box<dyn BufRead>, _) =
         match file.filter(|p| *p != Path::new("-")) {
             None => (
@@ -179,7 +227,7 @@ fn create(codec: Codec, base: &Path, file: Option<&Path>, opts: &WriteOpts) -> R
                 )
             }
         };
-    let mut w = TableWriter::create(base, opts.writer_options()).map_err(table_err)?;
+    let mut w = TableWriter::create(base, opts.writer_options(None)).map_err(table_err)?;
     let mut reader = reader;
     let mut line = Vec::new();
     let mut number = 0u64;
@@ -220,11 +268,12 @@ fn create(codec: Codec, base: &Path, file: Option<&Path>, opts: &WriteOpts) -> R
 }
 
 fn export(store: &Store, base: &Path, opts: &WriteOpts) -> Result<()> {
+    opts.may_write(base)?;
     let db = store.open_read_only()?;
     // One snapshot: the table is the store as of one moment.
     let snap = db.snapshot();
     let pb = progress::spinner("exporting");
-    let mut w = TableWriter::create(base, opts.writer_options()).map_err(table_err)?;
+    let mut w = TableWriter::create(base, opts.writer_options(None)).map_err(table_err)?;
     let mut scan = snap.scan::<&[u8], _>(..);
     while let Some((k, v)) = scan.next()? {
         w.put(k, v).map_err(table_err)?;

@@ -409,6 +409,25 @@ fn reading_commands_never_write_and_need_an_existing_store() {
     assert!(!absent.exists(), "a reading command created the store");
 }
 
+#[test]
+fn only_commands_that_store_something_create_a_store() {
+    let f = Fixture::new();
+    let absent = f.path("mistyped");
+    for args in [&["del", "a"][..], &["compact"], &["table", "export", "t"]] {
+        let out = run_in(&absent, args, None);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = stderr(&out);
+        assert!(
+            err.contains(absent.to_str().unwrap()) && err.contains("no such directory"),
+            "{args:?}: {err}"
+        );
+        assert!(!absent.exists(), "{args:?} created a store");
+    }
+    // put, load (and serve) make one.
+    run_in(&absent, &["put", "a", "1"], None);
+    assert!(absent.exists());
+}
+
 /// Names, sizes and modification times of a directory's files.
 fn listing(dir: &Path) -> Vec<(String, u64, SystemTime)> {
     let mut v: Vec<_> = fs::read_dir(dir)

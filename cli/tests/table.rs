@@ -169,3 +169,108 @@ fn export_writes_a_snapshot_of_a_store() {
     assert_eq!(ok(&["table", "dump", s(&base)]), "k1\tv1\nk3\tv3\n");
     assert!(ok(&["table", "verify", s(&base)]).starts_with("ok:"));
 }
+
+#[test]
+fn an_existing_table_is_replaced_only_with_force() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.tsv");
+    std::fs::write(&input, "k\tfirst\n").unwrap();
+    let base = dir.path().join("t");
+    ok(&["table", "create", s(&base), s(&input)]);
+    std::fs::write(&input, "k\tsecond\n").unwrap();
+    for args in [
+        vec!["table", "create", s(&base), s(&input)],
+        vec!["table", "rewrite", s(&base), s(&base)],
+    ] {
+        let out = run(&args, None);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("exists; give --force"), "{err}");
+        assert_eq!(ok(&["table", "get", s(&base), "k"]), "first\n");
+    }
+    let store = dir.path().join("store");
+    ok(&["-d", s(&store), "put", "k", "exported"]);
+    let out = run(&["-d", s(&store), "table", "export", s(&base)], None);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(ok(&["table", "get", s(&base), "k"]), "first\n");
+    ok(&["table", "create", s(&base), s(&input), "--force"]);
+    assert_eq!(ok(&["table", "get", s(&base), "k"]), "second\n");
+    ok(&["-d", s(&store), "table", "export", s(&base), "--force"]);
+    assert_eq!(ok(&["table", "get", s(&base), "k"]), "exported\n");
+}
+
+#[test]
+fn rewrite_keeps_the_sources_compression_unless_told() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.tsv");
+    let lines: String = (0..2000)
+        .map(|i| format!("key{i}\tvalue {i} {}\n", "x".repeat(50)))
+        .collect();
+    std::fs::write(&input, lines).unwrap();
+    let base = dir.path().join("t");
+    ok(&[
+        "table",
+        "create",
+        s(&base),
+        s(&input),
+        "--compression",
+        "zstd",
+        "--block-size",
+        "8192",
+    ]);
+    let info = |b: &Path| ok(&["table", "info", s(b)]);
+    assert!(
+        info(&base).contains("Compression: zstd, block size: 8192"),
+        "{}",
+        info(&base)
+    );
+    let kept = dir.path().join("kept");
+    ok(&["table", "rewrite", s(&base), s(&kept)]);
+    assert!(
+        info(&kept).contains("Compression: zstd, block size: 8192"),
+        "{}",
+        info(&kept)
+    );
+    let size = |b: &Path| std::fs::metadata(b.with_extension("spl")).unwrap().len();
+    assert!(
+        size(&kept) <= size(&base),
+        "{} > {}",
+        size(&kept),
+        size(&base)
+    );
+    let snappy = dir.path().join("snappy");
+    ok(&[
+        "table",
+        "rewrite",
+        s(&base),
+        s(&snappy),
+        "--compression",
+        "snappy",
+    ]);
+    assert!(
+        info(&snappy).contains("Compression: snappy, block size: 8192"),
+        "{}",
+        info(&snappy)
+    );
+    let plain = dir.path().join("plain");
+    ok(&[
+        "table",
+        "rewrite",
+        s(&base),
+        s(&plain),
+        "--compression",
+        "none",
+    ]);
+    assert!(
+        info(&plain).contains("Compression: none"),
+        "{}",
+        info(&plain)
+    );
+    assert!(size(&plain) > size(&base));
+    for b in [&kept, &snappy, &plain] {
+        assert_eq!(
+            ok(&["table", "get", s(b), "key1999"]),
+            format!("value 1999 {}\n", "x".repeat(50))
+        );
+    }
+}
