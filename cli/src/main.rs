@@ -163,20 +163,39 @@ enum Command {
         Binds to loopback unless told otherwise. RESP asks for a password once one is set \
         (--requirepass, --user); without one, and for kvlds (which has no authentication) \
         unless --kvlds-allow-remote, a listener other machines could reach refuses to start. \
+        With --tls, RESP over TLS too; a TLS listener other machines could reach needs a \
+        password or client certificates (--tls-ca-cert). SIGHUP rereads the TLS files \
+        (new connections get them). \
         SIGTERM or SIGINT: stop accepting, answer what was read, close the store. After a \
         kill -9 nothing acknowledged is lost.",
         after_help = "Examples:\n  kivi -d /var/lib/kivi serve\n  redis-cli -p 6380 set greeting hello\n  \
         kivi serve --resp 0.0.0.0:6380 --requirepass s3cret --kvlds 127.0.0.1:1234\n  \
         kivi serve --requirepass s3cret --user reports:read-only:r3ad\n  \
-        redis-cli -p 6380 -a s3cret ping\n  kivi serve --resp ./kivi.sock"
+        redis-cli -p 6380 -a s3cret ping\n  kivi serve --resp ./kivi.sock\n  \
+        kivi serve --tls 127.0.0.1:6443 --tls-cert cert.pem --tls-key key.pem\n  \
+        redis-cli --tls --cacert ca.pem -p 6443 ping"
     )]
     Serve {
         /// RESP listener: host:port, or a Unix socket path (anything with a '/')
         #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:6380")]
         resp: String,
-        /// Do not listen for RESP (with --kvlds)
+        /// Do not listen for RESP in plain text (with --tls or --kvlds)
         #[arg(long)]
         no_resp: bool,
+        /// A RESP listener over TLS, host:port (Redis's tls-port), besides --resp;
+        /// needs --tls-cert and --tls-key
+        #[arg(long, value_name = "ADDR")]
+        tls: Option<String>,
+        /// The server's certificate chain for --tls (PEM, its own certificate first)
+        #[arg(long, value_name = "FILE")]
+        tls_cert: Option<PathBuf>,
+        /// The private key of --tls-cert (PEM)
+        #[arg(long, value_name = "FILE")]
+        tls_key: Option<PathBuf>,
+        /// Require TLS clients to present a certificate signed by this CA (PEM)
+        /// (Redis's tls-auth-clients yes)
+        #[arg(long, value_name = "FILE")]
+        tls_ca_cert: Option<PathBuf>,
         /// kvlds listener: host:port or a Unix socket path; none unless given
         #[arg(long, value_name = "ADDR")]
         kvlds: Option<String>,
@@ -307,6 +326,10 @@ fn run(cli: Cli) -> Result<()> {
         Command::Serve {
             resp,
             no_resp,
+            tls,
+            tls_cert,
+            tls_key,
+            tls_ca_cert,
             kvlds,
             max_connections,
             requirepass,
@@ -319,6 +342,10 @@ fn run(cli: Cli) -> Result<()> {
             serve::ServeArgs {
                 resp,
                 no_resp: *no_resp,
+                tls: tls.as_deref(),
+                tls_cert: tls_cert.as_deref(),
+                tls_key: tls_key.as_deref(),
+                tls_ca_cert: tls_ca_cert.as_deref(),
                 kvlds: kvlds.as_deref(),
                 max_connections: *max_connections,
                 requirepass: requirepass.as_deref(),

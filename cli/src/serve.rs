@@ -5,11 +5,17 @@ use crate::Store;
 use kivi_server::listen::Addr;
 use kivi_server::Config;
 use std::io::Write;
+use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 pub struct ServeArgs<'a> {
     pub resp: &'a str,
     pub no_resp: bool,
+    pub tls: Option<&'a str>,
+    pub tls_cert: Option<&'a Path>,
+    pub tls_key: Option<&'a Path>,
+    pub tls_ca_cert: Option<&'a Path>,
     pub kvlds: Option<&'a str>,
     pub max_connections: usize,
     pub requirepass: Option<&'a str>,
@@ -32,20 +38,22 @@ pub fn run(store: &Store, a: ServeArgs<'_>) -> Result<()> {
         .kvlds
         .map(|k| Addr::parse(k).map_err(|e| CliError::Input(format!("--kvlds: {e}"))))
         .transpose()?;
-    if resp.is_none() && kvlds.is_none() {
+    if resp.is_none() && a.tls.is_none() && kvlds.is_none() {
         return Err(CliError::Input(
-            "--no-resp without --kvlds leaves nothing to listen on".into(),
+            "--no-resp without --tls or --kvlds leaves nothing to listen on".into(),
         ));
     }
+    let tls = tls(&a)?;
     let users = kivi_server::auth::Users::new(a.requirepass, a.users)
         .map_err(|e| CliError::Input(format!("--requirepass / --user: {e}")))?;
     let config = Config {
         resp,
+        tls,
         kvlds,
         max_connections: a.max_connections,
         durability: store.durability,
         allocator: Some(crate::ALLOCATOR),
-        users: std::sync::Arc::new(users),
+        users: Arc::new(users),
         kvlds_remote: a.kvlds_allow_remote,
         idle_timeout: (a.idle_timeout > 0).then(|| Duration::from_secs(a.idle_timeout)),
         output_timeout: Duration::from_secs(a.output_timeout.max(1)),
@@ -66,6 +74,33 @@ pub fn run(store: &Store, a: ServeArgs<'_>) -> Result<()> {
         let _ = out.flush();
     })
     .map_err(|e| CliError::io("serve", e))
+}
+
+/// The TLS listener and its certificates, read now: a missing or bad file
+/// is refused before the store is opened.
+fn tls(a: &ServeArgs<'_>) -> Result<Option<(Addr, Arc<kivi_server::tls::Tls>)>> {
+    let Some(addr) = a.tls else {
+        if a.tls_cert.is_some() || a.tls_key.is_some() || a.tls_ca_cert.is_some() {
+            return Err(CliError::Input(
+                "--tls-cert, --tls-key and --tls-ca-cert need --tls ADDR".into(),
+            ));
+        }
+        return Ok(None);
+    };
+    let addr = Addr::parse(addr).map_err(|e| CliError::Input(format!("--tls: {e}")))?;
+    let (Some(cert), Some(key)) = (a.tls_cert, a.tls_key) else {
+        return Err(CliError::Input(
+            "--tls needs --tls-cert FILE and --tls-key FILE (PEM)".into(),
+        ));
+    };
+    let files = kivi_server::tls::Files {
+        cert: cert.to_path_buf(),
+        key: key.to_path_buf(),
+        ca: a.tls_ca_cert.map(Path::to_path_buf),
+    };
+    let tls =
+        kivi_server::tls::Tls::load(files).map_err(|e| CliError::Input(format!("--tls: {e}")))?;
+    Ok(Some((addr, Arc::new(tls))))
 }
 
 /// Turns transparent huge pages off for this process, as Redis and most

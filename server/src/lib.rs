@@ -19,6 +19,7 @@ pub mod info;
 pub mod kvlds;
 pub mod listen;
 pub mod resp;
+pub mod tls;
 
 use auth::Users;
 use committer::Committer;
@@ -43,6 +44,9 @@ const STOP_GRACE: Duration = Duration::from_secs(30);
 #[derive(Debug, Clone)]
 pub struct Config {
     pub resp: Option<Addr>,
+    /// A second RESP listener, over TLS (Redis's tls-port), and its
+    /// certificates.
+    pub tls: Option<(Addr, Arc<tls::Tls>)>,
     pub kvlds: Option<Addr>,
     pub max_connections: usize,
     /// The durability the store was opened with. The `Db` does not tell
@@ -71,6 +75,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             resp: Some(Addr::Tcp("127.0.0.1:6380".into())),
+            tls: None,
             kvlds: None,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             durability: Durability::default(),
@@ -110,6 +115,10 @@ pub struct Shared {
     /// The address the RESP listener is bound to (`host:port` or a socket
     /// path), for CONFIG GET bind / port / unixsocket.
     pub resp_addr: Option<String>,
+    /// The TLS listener's TCP port (0 if none), and its certificates, for
+    /// CONFIG GET.
+    pub tls_port: u16,
+    pub tls: Option<Arc<tls::Tls>>,
     pub max_connections: usize,
     pub durability: Durability,
     pub allocator: Option<Allocator>,
@@ -132,13 +141,26 @@ impl Shared {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Protocol {
     Resp,
+    /// RESP over TLS.
+    Tls,
     Kvlds,
 }
 
+impl Protocol {
+    fn name(self) -> &'static str {
+        match self {
+            Protocol::Resp => "resp",
+            Protocol::Tls => "tls",
+            Protocol::Kvlds => "kvlds",
+        }
+    }
+}
+
 /// Protected mode, as Redis has it: a listener that other machines can
-/// reach needs a way to keep them out. RESP without a password, and kvlds
-/// (which has no authentication) without `kvlds_remote`, listen on
-/// loopback or a Unix socket only.
+/// reach needs a way to keep them out. RESP without a password, TLS
+/// without a password or client certificates (mutual TLS authenticates
+/// the client), and kvlds (which has no authentication) without
+/// `kvlds_remote`, listen on loopback or a Unix socket only.
 pub fn protected_mode(config: &Config) -> io::Result<()> {
     let refuse = |msg: String| Err(io::Error::new(io::ErrorKind::PermissionDenied, msg));
     if let Some(Addr::Tcp(a)) = &config.resp {
@@ -147,6 +169,16 @@ pub fn protected_mode(config: &Config) -> io::Result<()> {
                 "refusing to listen for RESP on {a} without a password: other machines \
                  could reach it. Set one with --requirepass (or add users with --user \
                  NAME:ROLE:PASSWORD), or listen on 127.0.0.1 or a Unix socket"
+            ));
+        }
+    }
+    if let Some((Addr::Tcp(a), tls)) = &config.tls {
+        if !config.users.require_auth() && !tls.auth_clients() && !auth::is_loopback(a) {
+            return refuse(format!(
+                "refusing to listen for TLS on {a} without a password or client \
+                 certificates: other machines could reach it. Set a password with \
+                 --requirepass (or add users with --user NAME:ROLE:PASSWORD), require \
+                 client certificates with --tls-ca-cert, or listen on 127.0.0.1"
             ));
         }
     }
@@ -166,10 +198,10 @@ pub fn protected_mode(config: &Config) -> io::Result<()> {
 /// connection answer what it has read, and closes the store. `ready` is
 /// called once every listener is bound, with (protocol, address) pairs.
 pub fn run(db: Db, config: Config, ready: impl FnOnce(&[(&str, String)])) -> io::Result<()> {
-    if config.resp.is_none() && config.kvlds.is_none() {
+    if config.resp.is_none() && config.tls.is_none() && config.kvlds.is_none() {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            "no listener: give --resp or --kvlds",
+            "no listener: give --resp, --tls or --kvlds",
         ));
     }
     protected_mode(&config)?;
@@ -198,8 +230,10 @@ async fn serve(
     ready: impl FnOnce(&[(&str, String)]),
 ) -> io::Result<()> {
     let mut listeners = Vec::new();
+    let tls_addr = config.tls.as_ref().map(|(a, _)| a.clone());
     for (addr, proto) in [
         (&config.resp, Protocol::Resp),
+        (&tls_addr, Protocol::Tls),
         (&config.kvlds, Protocol::Kvlds),
     ] {
         if let Some(a) = addr {
@@ -211,20 +245,17 @@ async fn serve(
     }
     let bound: Vec<(&str, String)> = listeners
         .iter()
-        .map(|(l, p)| {
-            let name = match p {
-                Protocol::Resp => "resp",
-                Protocol::Kvlds => "kvlds",
-            };
-            (name, l.local_addr())
-        })
+        .map(|(l, p)| (p.name(), l.local_addr()))
         .collect();
-    let resp_port = bound
-        .iter()
-        .find(|(p, _)| *p == "resp")
-        .and_then(|(_, a)| a.rsplit_once(':'))
-        .and_then(|(_, port)| port.parse().ok())
-        .unwrap_or(0);
+    let port_of = |proto: Protocol| {
+        bound
+            .iter()
+            .find(|(p, _)| *p == proto.name())
+            .and_then(|(_, a)| a.rsplit_once(':'))
+            .and_then(|(_, port)| port.parse().ok())
+            .unwrap_or(0)
+    };
+    let (resp_port, tls_port) = (port_of(Protocol::Resp), port_of(Protocol::Tls));
     let resp_addr = bound
         .iter()
         .find(|(p, _)| *p == "resp")
@@ -240,6 +271,8 @@ async fn serve(
         started: Instant::now(),
         resp_port,
         resp_addr,
+        tls_port,
+        tls: config.tls.as_ref().map(|(_, t)| t.clone()),
         max_connections: config.max_connections,
         durability: config.durability,
         allocator: config.allocator,
@@ -261,7 +294,7 @@ async fn serve(
     for (l, proto) in listeners {
         accept_loops.spawn(accept_loop(l, proto, shared.clone(), slots.clone()));
     }
-    wait_for_signal().await;
+    wait_for_signal(config.tls.as_ref().map(|(_, t)| &**t)).await;
     eprintln!("kivi serve: stopping: no new connections; answering what was read");
     let _ = stop_tx.send(true);
     while accept_loops.join_next().await.is_some() {}
@@ -270,13 +303,29 @@ async fn serve(
     Ok(())
 }
 
-async fn wait_for_signal() {
+/// Waits for SIGTERM or SIGINT. With TLS, SIGHUP meanwhile reloads the
+/// certificates (without, SIGHUP keeps its default: it ends the process).
+async fn wait_for_signal(tls: Option<&tls::Tls>) {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate()).expect("install a SIGTERM handler");
     let mut int = signal(SignalKind::interrupt()).expect("install a SIGINT handler");
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+    let mut hup = tls.map(|_| signal(SignalKind::hangup()).expect("install a SIGHUP handler"));
+    loop {
+        tokio::select! {
+            _ = term.recv() => return,
+            _ = int.recv() => return,
+            Some(_) = async { hup.as_mut()?.recv().await } => {
+                let tls = tls.expect("SIGHUP is handled with TLS only");
+                match tls.reload() {
+                    Ok(()) => eprintln!(
+                        "kivi serve: SIGHUP: reloaded the TLS certificates; new connections get them"
+                    ),
+                    Err(e) => eprintln!(
+                        "kivi serve: SIGHUP: TLS certificates not reloaded, keeping the ones before: {e}"
+                    ),
+                }
+            }
+        }
     }
 }
 
@@ -305,6 +354,7 @@ async fn accept_loop(l: Listener, proto: Protocol, shared: Arc<Shared>, slots: A
         let Ok(slot) = slots.clone().try_acquire_owned() else {
             Counters::add(&shared.counters.rejected_connections, 1);
             eprintln!("kivi serve: refused a connection from {peer}: at the connection limit");
+            // (Not over TLS: that would take a handshake.)
             if proto == Protocol::Resp {
                 use tokio::io::AsyncWriteExt;
                 let _ = stream
@@ -319,6 +369,25 @@ async fn accept_loop(l: Listener, proto: Protocol, shared: Arc<Shared>, slots: A
             shared.connections.fetch_add(1, Ordering::Relaxed);
             match proto {
                 Protocol::Resp => resp::serve(stream, peer, shared.clone()).await,
+                Protocol::Tls => {
+                    // Here, not in the accept loop: a slow client holds its
+                    // own slot only.
+                    let tls = shared
+                        .tls
+                        .as_ref()
+                        .expect("a TLS listener has its certificates");
+                    let handshake = tls.acceptor().accept(stream);
+                    match tokio::time::timeout(tls::HANDSHAKE_TIMEOUT, handshake).await {
+                        Ok(Ok(s)) => resp::serve(Box::new(s), peer, shared.clone()).await,
+                        Ok(Err(e)) => {
+                            eprintln!("kivi serve: TLS handshake with {peer} failed: {e}")
+                        }
+                        Err(_) => eprintln!(
+                            "kivi serve: TLS handshake with {peer} not done after {:?}; closed",
+                            tls::HANDSHAKE_TIMEOUT
+                        ),
+                    }
+                }
                 Protocol::Kvlds => kvlds::serve(stream, peer, shared.clone()).await,
             }
             shared.connections.fetch_sub(1, Ordering::Relaxed);

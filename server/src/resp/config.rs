@@ -18,6 +18,9 @@ pub struct Settings<'a> {
     pub resp_addr: Option<&'a str>,
     /// The idle timeout, in seconds (0: none).
     pub timeout_secs: u64,
+    /// The TLS listener's port (0: none) and its files.
+    pub tls_port: u16,
+    pub tls: Option<&'a crate::tls::Files>,
 }
 
 /// Every parameter CONFIG GET knows, with its value (CONFIG GET answers
@@ -66,7 +69,28 @@ pub fn params(s: &Settings) -> Vec<(&'static str, String)> {
         ("unixsocket", socket),
         // Idle connections are never closed by the server.
         ("timeout", s.timeout_secs.to_string()),
+        ("tls-port", s.tls_port.to_string()),
+        ("tls-cert-file", tls_path(s.tls.map(|t| &t.cert))),
+        ("tls-key-file", tls_path(s.tls.map(|t| &t.key))),
+        (
+            "tls-ca-cert-file",
+            tls_path(s.tls.and_then(|t| t.ca.as_ref())),
+        ),
+        // Client certificates are required exactly when a CA is given.
+        (
+            "tls-auth-clients",
+            if s.tls.is_some_and(|t| t.ca.is_some()) {
+                "yes"
+            } else {
+                "no"
+            }
+            .into(),
+        ),
     ]
+}
+
+fn tls_path(p: Option<&std::path::PathBuf>) -> String {
+    p.map(|p| p.display().to_string()).unwrap_or_default()
 }
 
 /// CONFIG GET pattern... (each a glob, matched case-insensitively as
@@ -80,6 +104,8 @@ pub fn config(shared: &Shared, args: &[Vec<u8>]) -> Result<Reply, Reply> {
                 max_connections: shared.max_connections,
                 resp_addr: shared.resp_addr.as_deref(),
                 timeout_secs: shared.idle_timeout.map_or(0, |t| t.as_secs()),
+                tls_port: shared.tls_port,
+                tls: shared.tls.as_ref().map(|t| t.files()),
             };
             Ok(Reply::Map(get(&params(&settings), &args[2..])))
         }
@@ -136,6 +162,8 @@ mod tests {
             max_connections: 123,
             resp_addr: Some("127.0.0.1:6390"),
             timeout_secs: 300,
+            tls_port: 0,
+            tls: None,
         });
         assert_eq!(value(&p, "appendfsync"), "always");
         assert_eq!(value(&p, "maxclients"), "123");
@@ -143,22 +171,44 @@ mod tests {
         assert_eq!(value(&p, "port"), "6390");
         assert_eq!(value(&p, "bind"), "127.0.0.1");
         assert_eq!(value(&p, "unixsocket"), "");
+        assert_eq!(value(&p, "tls-port"), "0");
+        assert_eq!(value(&p, "tls-cert-file"), "");
+        assert_eq!(value(&p, "tls-auth-clients"), "no");
         let p = params(&Settings {
             durability: Durability::NoFsync,
             max_connections: 1,
             resp_addr: Some("[::1]:7000"),
             timeout_secs: 0,
+            tls_port: 6443,
+            tls: Some(&crate::tls::Files {
+                cert: "/etc/kivi/cert.pem".into(),
+                key: "/etc/kivi/key.pem".into(),
+                ca: None,
+            }),
         });
         assert_eq!(value(&p, "appendfsync"), "no");
         assert_eq!(value(&p, "bind"), "::1");
+        assert_eq!(value(&p, "tls-port"), "6443");
+        assert_eq!(value(&p, "tls-cert-file"), "/etc/kivi/cert.pem");
+        assert_eq!(value(&p, "tls-key-file"), "/etc/kivi/key.pem");
+        assert_eq!(value(&p, "tls-ca-cert-file"), "");
+        assert_eq!(value(&p, "tls-auth-clients"), "no");
         let p = params(&Settings {
             durability: Durability::Fsync,
             max_connections: 1,
             resp_addr: Some("/tmp/kivi.sock"),
             timeout_secs: 0,
+            tls_port: 6443,
+            tls: Some(&crate::tls::Files {
+                cert: "c.pem".into(),
+                key: "k.pem".into(),
+                ca: Some("/etc/kivi/ca.pem".into()),
+            }),
         });
         assert_eq!(value(&p, "unixsocket"), "/tmp/kivi.sock");
         assert_eq!(value(&p, "port"), "0");
+        assert_eq!(value(&p, "tls-ca-cert-file"), "/etc/kivi/ca.pem");
+        assert_eq!(value(&p, "tls-auth-clients"), "yes");
     }
 
     #[test]
@@ -168,6 +218,8 @@ mod tests {
             max_connections: 10,
             resp_addr: None,
             timeout_secs: 0,
+            tls_port: 0,
+            tls: None,
         });
         let names = |pats: &[&str]| -> Vec<Reply> {
             let pats: Vec<Vec<u8>> = pats.iter().map(|s| s.as_bytes().to_vec()).collect();
