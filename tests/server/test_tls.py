@@ -148,6 +148,7 @@ def test_a_plain_text_client_on_the_tls_port_is_closed_and_others_are_served(cer
         # A client that connects and says nothing holds its own connection
         # only: the others are accepted and served meanwhile.
         silent = socket.create_connection(("127.0.0.1", s.port))
+        connected = time.time()
         plain = socket.create_connection(("127.0.0.1", s.port), timeout=10)
         plain.sendall(b"*1\r\n$4\r\nPING\r\n")
         got = b""
@@ -162,12 +163,17 @@ def test_a_plain_text_client_on_the_tls_port_is_closed_and_others_are_served(cer
         fresh = s.redis(socket_connect_timeout=3, socket_timeout=3, retry=NO_RETRY)
         assert fresh.get("k") == b"v"
         assert r.get("k") == b"v"
+        # The silent one is let go when its handshake has taken 10 s.
+        silent.settimeout(30)
+        assert silent.recv(1) == b""
+        assert time.time() - connected > 9
         silent.close()
         deadline = time.time() + 10
         while "TLS handshake with 127.0.0.1:" not in s.stderr() and time.time() < deadline:
             time.sleep(0.05)
         log = s.stderr()
         assert "TLS handshake with 127.0.0.1:" in log and "failed" in log, log
+        assert "not done after 10s; closed" in log, log
 
 
 def test_client_certificates_signed_by_the_ca_are_required(certs):
