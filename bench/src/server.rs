@@ -30,6 +30,11 @@
 //!   and with `appendfsync everysec`: SET and GET with 1,000-command
 //!   pipelines, with 16-command pipelines from 50 clients, and unpipelined
 //!   from 50 clients.
+//! - TLS (`tls`, not run unless asked): SET and GET with 1,000-command
+//!   pipelines from redis-benchmark, plain and over TLS, against `kivi
+//!   serve` and redis-server (always and everysec), each on a fresh server,
+//!   all in the same round; the certificate is a self-signed one made with
+//!   the openssl CLI.
 
 use crate::kvlds_client::{trickle, Conn, Pending, Run, Stats, IN_FLIGHT};
 use crate::kvlds_workload::{Answers, Expect, Kind, Meter, Requests, Timing};
@@ -63,6 +68,8 @@ pub struct Config {
     /// redis-benchmark.
     pub kvlds: Vec<Kind>,
     pub redis: bool,
+    /// Whether to run the TLS comparison.
+    pub tls: bool,
 }
 
 /// A `kivi serve` child on a fresh store, stopped (SIGTERM) on drop.
@@ -70,6 +77,7 @@ pub struct KiviServer {
     child: Child,
     pub kvlds: Option<String>,
     pub resp: Option<String>,
+    pub tls: Option<String>,
 }
 
 impl KiviServer {
@@ -106,6 +114,22 @@ impl KiviServer {
         if let Some(a) = kvlds {
             cmd.args(["--kvlds", a]);
         }
+        Self::spawn(cmd, kvlds, usize::from(kvlds.is_some()) + usize::from(resp))
+    }
+
+    /// `kivi serve` with only a TLS RESP listener, on a free port.
+    pub fn start_tls(program: &Path, dir: &Path, tls: &TlsFiles) -> Result<Self, BenchError> {
+        let mut cmd = Command::new(program);
+        cmd.arg("-d").arg(dir).arg("serve");
+        cmd.args(["--no-resp", "--tls", "127.0.0.1:0", "--tls-cert"])
+            .arg(&tls.cert)
+            .arg("--tls-key")
+            .arg(&tls.key);
+        Self::spawn(cmd, None, 1)
+    }
+
+    /// Starts `cmd` and reads the addresses of its `listeners`.
+    fn spawn(mut cmd: Command, kvlds: Option<&str>, listeners: usize) -> Result<Self, BenchError> {
         let mut child = cmd
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -116,8 +140,9 @@ impl KiviServer {
             child,
             kvlds: None,
             resp: None,
+            tls: None,
         };
-        for _ in 0..(usize::from(kvlds.is_some()) + usize::from(resp)) {
+        for _ in 0..listeners {
             let line = lines
                 .next()
                 .ok_or_else(|| BenchError("kivi serve ended before listening".into()))?
@@ -132,6 +157,8 @@ impl KiviServer {
                 s.kvlds = Some(kvlds.filter(|k| k.contains('/')).map_or(a, str::to_string));
             } else if let Some(a) = addr("resp") {
                 s.resp = Some(a);
+            } else if let Some(a) = addr("tls") {
+                s.tls = Some(a);
             } else {
                 return Err(BenchError(format!("kivi serve said: {line}")));
             }
@@ -684,10 +711,29 @@ struct RedisServer {
 
 impl RedisServer {
     fn start(dir: &Path, policy: &str) -> Result<Self, BenchError> {
+        Self::start_with(dir, policy, None)
+    }
+
+    /// With `tls`, listening over TLS only (its tls-port; no client
+    /// certificates asked).
+    fn start_with(dir: &Path, policy: &str, tls: Option<&TlsFiles>) -> Result<Self, BenchError> {
         std::fs::create_dir_all(dir).map_err(|e| io_err("create redis dir", e))?;
         let port = free_port()?;
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        let mut cmd = Command::new("redis-server");
+        match tls {
+            None => cmd.args(["--port", &port.to_string()]),
+            Some(t) => cmd
+                .args(["--port", "0", "--tls-port", &port.to_string()])
+                .arg("--tls-cert-file")
+                .arg(&t.cert)
+                .arg("--tls-key-file")
+                .arg(&t.key)
+                .arg("--tls-ca-cert-file")
+                .arg(&t.cert)
+                .args(["--tls-auth-clients", "no"]),
+        };
+        let child = cmd
+            .args(["--bind", "127.0.0.1"])
             .args(["--appendonly", "yes", "--appendfsync", policy, "--save", ""])
             .arg("--dir")
             .arg(dir)
@@ -725,10 +771,24 @@ fn free_port() -> Result<u16, BenchError> {
 /// Runs redis-benchmark with `args` (plus `--csv`) and returns each test's
 /// requests per second.
 fn redis_benchmark(host_port: &str, args: &[&str]) -> Result<Vec<(String, f64)>, BenchError> {
+    redis_benchmark_tls(host_port, None, args)
+}
+
+/// [`redis_benchmark`], over TLS when given the CA certificate to check the
+/// server's with.
+fn redis_benchmark_tls(
+    host_port: &str,
+    cacert: Option<&Path>,
+    args: &[&str],
+) -> Result<Vec<(String, f64)>, BenchError> {
     let (host, port) = host_port
         .rsplit_once(':')
         .ok_or_else(|| BenchError(format!("bad address {host_port}")))?;
-    let out = Command::new("redis-benchmark")
+    let mut cmd = Command::new("redis-benchmark");
+    if let Some(ca) = cacert {
+        cmd.arg("--tls").arg("--cacert").arg(ca);
+    }
+    let out = cmd
         .args(["-h", host, "-p", port, "--csv"])
         .args(args)
         .output()
@@ -830,6 +890,106 @@ fn redis_runs(target: &str, addr: &str, n: u64, round: u32) -> Result<Vec<Record
     Ok(out)
 }
 
+/// A certificate and its key for the TLS runs (self-signed: it is its own
+/// CA for the client).
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+impl TlsFiles {
+    /// Makes them in `dir` with the openssl CLI: P-256, for 127.0.0.1.
+    fn make(dir: &Path) -> Result<TlsFiles, BenchError> {
+        std::fs::create_dir_all(dir).map_err(|e| io_err(format!("create {}", dir.display()), e))?;
+        let files = TlsFiles {
+            cert: dir.join("cert.pem"),
+            key: dir.join("key.pem"),
+        };
+        let out = Command::new("openssl")
+            .args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
+            .args(["ec_paramgen_curve:P-256", "-nodes", "-days", "2"])
+            .args(["-subj", "/CN=localhost", "-addext"])
+            .arg("subjectAltName=IP:127.0.0.1,DNS:localhost")
+            .arg("-keyout")
+            .arg(&files.key)
+            .arg("-out")
+            .arg(&files.cert)
+            .output()
+            .map_err(|e| io_err("run openssl to make a certificate", e))?;
+        if !out.status.success() {
+            return Err(BenchError(format!(
+                "openssl could not make a certificate: {}",
+                String::from_utf8_lossy(&out.stderr)
+            )));
+        }
+        Ok(files)
+    }
+}
+
+/// SET and GET with 1,000-command pipelines against one server, over TLS
+/// (checked against `cacert`) or not: records `tls_set_p1000` and
+/// `tls_get_p1000`, with `_plain` after them for the runs without TLS.
+fn tls_runs(
+    target: &str,
+    addr: &str,
+    cacert: Option<&Path>,
+    n: u64,
+    round: u32,
+) -> Result<Vec<Record>, BenchError> {
+    let n_s = n.to_string();
+    let args = ["-t", "set,get", "-P", "1000", "-n", &n_s, "-r", &n_s];
+    let mut out = Vec::new();
+    for (test, rps) in redis_benchmark_tls(addr, cacert, &args)? {
+        let plain = if cacert.is_some() { "" } else { "_plain" };
+        let name = format!("tls_{}_p1000{plain}", test.to_ascii_lowercase());
+        eprintln!("[round {round}] {target:<14} {name:<22} {rps:>12.0} requests/s");
+        out.push(Record {
+            ops_per_sec: Some(rps),
+            client: Some("redis-benchmark".to_string()),
+            ..Record::new(target, &name, n, round)
+        });
+    }
+    Ok(out)
+}
+
+/// One round of the TLS comparison: each server fresh, without TLS and
+/// then with it.
+fn tls_round(cfg: &Config, tls: &TlsFiles, round: u32) -> Result<Vec<Record>, BenchError> {
+    let mut out = Vec::new();
+    for over_tls in [false, true] {
+        let d = fresh(&cfg.dir, &format!("round{round}-kivi-tls-{over_tls}"))?;
+        let server = if over_tls {
+            KiviServer::start_tls(&cfg.program, &d, tls)?
+        } else {
+            KiviServer::start(&cfg.program, &d, None, true)?
+        };
+        let addr = server
+            .tls
+            .clone()
+            .or(server.resp.clone())
+            .expect("a listener");
+        let cacert = over_tls.then_some(tls.cert.as_path());
+        out.extend(tls_runs("kivi-serve", &addr, cacert, cfg.n, round)?);
+    }
+    for policy in ["always", "everysec"] {
+        for over_tls in [false, true] {
+            let d = fresh(
+                &cfg.dir,
+                &format!("round{round}-redis-{policy}-tls-{over_tls}"),
+            )?;
+            let server = RedisServer::start_with(&d, policy, over_tls.then_some(tls))?;
+            out.extend(tls_runs(
+                &format!("redis-{policy}"),
+                &format!("127.0.0.1:{}", server.port),
+                over_tls.then_some(tls.cert.as_path()),
+                cfg.n,
+                round,
+            )?);
+        }
+    }
+    Ok(out)
+}
+
 /// The expiring cache (kivi only: it reads the store's files through INFO):
 /// `n / 10` new keys a second, each living ten seconds, for thirty.
 fn expiring_cache_run(addr: &str, n: u64, round: u32) -> Result<Record, BenchError> {
@@ -873,9 +1033,17 @@ pub fn run(cfg: &Config) -> Result<Vec<Record>, BenchError> {
     }
     eprintln!("kvlds: generating kivaloo's {} pairs (mkpairs)", cfg.n);
     let pairs = Pairs::new(cfg.n);
+    let tls = if cfg.tls {
+        Some(TlsFiles::make(&cfg.dir.join("tls"))?)
+    } else {
+        None
+    };
     let mut out = Vec::new();
     for round in 1..=cfg.rounds {
         out.extend(kvlds_round(cfg, &targets, &pairs, round)?);
+        if let Some(tls) = &tls {
+            out.extend(tls_round(cfg, tls, round)?);
+        }
         if !cfg.redis {
             continue;
         }
@@ -1091,6 +1259,7 @@ fn report_text(cfg: &Config, records: &[Record], o: &mut String) -> std::fmt::Re
             }
         }
     }
+    tls_report(records, o)?;
     let mut tests: Vec<&str> = records
         .iter()
         .filter(|r| r.workload.starts_with("redis_"))
@@ -1176,4 +1345,65 @@ fn report_text(cfg: &Config, records: &[Record], o: &mut String) -> std::fmt::Re
         )?;
     }
     Ok(())
+}
+
+/// The TLS comparison's table, if it ran: kivi over TLS against itself
+/// without (goal 0.8x) and against redis-server over TLS (goal 1.0x: SET
+/// against appendfsync always, GET against everysec, as for the plain
+/// -P 1000 goals).
+fn tls_report(records: &[Record], o: &mut String) -> std::fmt::Result {
+    use std::fmt::Write as _;
+    let rate = |store: &str, t: &str| {
+        best(records, store, t, "redis-benchmark")
+            .map_or(f64::NAN, |r| r.ops_per_sec.expect("a rate"))
+    };
+    if !rate("kivi-serve", "tls_set_p1000").is_finite() {
+        return Ok(());
+    }
+    writeln!(
+        o,
+        "\nredis-benchmark -P 1000 over TLS and without (best round), requests/s"
+    )?;
+    writeln!(
+        o,
+        "{:<5} {:>11} {:>11} {:>10} {:>12} {:>14} {:>16} {:>16} {:>17}",
+        "test",
+        "kivi plain",
+        "kivi TLS",
+        "TLS/plain",
+        "goal 0.8x",
+        "redis alw TLS",
+        "redis evsec TLS",
+        "kivi/redis TLS",
+        "goal 1.0x"
+    )?;
+    for (test, policy) in [("set", "always"), ("get", "everysec")] {
+        let t = format!("tls_{test}_p1000");
+        let (kp, kt) = (
+            rate("kivi-serve", &format!("{t}_plain")),
+            rate("kivi-serve", &t),
+        );
+        let (ra, re) = (rate("redis-always", &t), rate("redis-everysec", &t));
+        let r = if policy == "always" { ra } else { re };
+        writeln!(
+            o,
+            "{test:<5} {kp:>11.0} {kt:>11.0} {:>9.2}x {:>12} {ra:>14.0} {re:>16.0} {:>15.2}x {:>17}",
+            kt / kp,
+            met(kt / kp, 0.8),
+            kt / r,
+            format!("{} ({policy})", met(kt / r, 1.0)),
+        )?;
+    }
+    let own = |store: &str, test: &str| {
+        let t = format!("tls_{test}_p1000");
+        rate(store, &t) / rate(store, &format!("{t}_plain"))
+    };
+    writeln!(
+        o,
+        "redis's own TLS/plain: SET {:.2}x, GET {:.2}x (always); SET {:.2}x, GET {:.2}x (everysec)",
+        own("redis-always", "set"),
+        own("redis-always", "get"),
+        own("redis-everysec", "set"),
+        own("redis-everysec", "get"),
+    )
 }

@@ -57,8 +57,9 @@ pub struct BenchArgs {
     #[arg(long, value_name = "S", default_value = "5", requires = "server", value_parser = clap::value_parser!(u32).range(1..))]
     seconds: u32,
     /// With --server: what to run, comma-separated: kvlds workloads
-    /// (insert, update, extract, read, mixed, hotspot) and redis (the
-    /// redis-benchmark runs)
+    /// (insert, update, extract, read, mixed, hotspot), redis (the
+    /// redis-benchmark runs) and tls (SET and GET -P 1000 over TLS and
+    /// without, kivi and redis-server; not run unless listed)
     #[arg(
         long,
         value_name = "LIST",
@@ -155,11 +156,11 @@ fn positive(s: &str) -> std::result::Result<u64, String> {
 }
 
 fn server_workload(s: &str) -> std::result::Result<String, String> {
-    if s == "redis" || kivi_bench::kvlds_workload::Kind::from_short(s).is_some() {
+    if s == "redis" || s == "tls" || kivi_bench::kvlds_workload::Kind::from_short(s).is_some() {
         Ok(s.to_string())
     } else {
         Err(format!(
-            "{s:?}: expected insert, update, extract, read, mixed, hotspot or redis"
+            "{s:?}: expected insert, update, extract, read, mixed, hotspot, redis or tls"
         ))
     }
 }
@@ -218,6 +219,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                 .filter(|k| args.server_workloads.iter().any(|w| w == k.short()))
                 .collect(),
             redis: args.server_workloads.iter().any(|w| w == "redis"),
+            tls: args.server_workloads.iter().any(|w| w == "tls"),
         };
         let records = kivi_bench::server::run(&cfg).map_err(bench_err)?;
         let mut out = std::io::stdout().lock();

@@ -22,6 +22,10 @@ pub struct ServeFile {
     pub no_fsync: Option<bool>,
     pub resp: Option<String>,
     pub no_resp: Option<bool>,
+    pub tls: Option<String>,
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    pub tls_ca_cert: Option<PathBuf>,
     pub kvlds: Option<String>,
     pub kvlds_allow_remote: Option<bool>,
     pub max_connections: Option<usize>,
@@ -107,6 +111,10 @@ mod tests {
             no-fsync = true
             resp = "0.0.0.0:6380"
             no-resp = false
+            tls = "0.0.0.0:6443"
+            tls-cert = "/etc/kivi/server.pem"
+            tls-key = "/etc/kivi/server.key"
+            tls-ca-cert = "/etc/kivi/ca.pem"
             kvlds = "127.0.0.1:1234"
             kvlds-allow-remote = true
             max-connections = 500
@@ -128,6 +136,10 @@ mod tests {
                 no_fsync: Some(true),
                 resp: Some("0.0.0.0:6380".into()),
                 no_resp: Some(false),
+                tls: Some("0.0.0.0:6443".into()),
+                tls_cert: Some("/etc/kivi/server.pem".into()),
+                tls_key: Some("/etc/kivi/server.key".into()),
+                tls_ca_cert: Some("/etc/kivi/ca.pem".into()),
                 kvlds: Some("127.0.0.1:1234".into()),
                 kvlds_allow_remote: Some(true),
                 max_connections: Some(500),

@@ -164,6 +164,9 @@ enum Command {
         Binds to loopback unless told otherwise. RESP asks for a password once one is set \
         (--requirepass, --user); without one, and for kvlds (which has no authentication) \
         unless --kvlds-allow-remote, a listener other machines could reach refuses to start. \
+        With --tls, RESP over TLS too; a TLS listener other machines could reach needs a \
+        password or client certificates (--tls-ca-cert). SIGHUP rereads the TLS files \
+        (new connections get them). \
         SIGTERM or SIGINT: stop accepting, answer what was read, close the store. After a \
         kill -9 nothing acknowledged is lost.\n\n\
         Every setting can come from a TOML file instead (--config FILE; each key the long \
@@ -174,6 +177,8 @@ enum Command {
         kivi serve --resp 0.0.0.0:6380 --requirepass s3cret --kvlds 127.0.0.1:1234\n  \
         kivi serve --requirepass s3cret --user reports:read-only:r3ad\n  \
         redis-cli -p 6380 -a s3cret ping\n  kivi serve --resp ./kivi.sock\n  \
+        kivi serve --tls 127.0.0.1:6443 --tls-cert cert.pem --tls-key key.pem\n  \
+        redis-cli --tls --cacert ca.pem -p 6443 ping\n  \
         kivi serve --config /etc/kivi/serve.toml"
     )]
     Serve(serve::ServeFlags),

@@ -6,7 +6,8 @@ use crate::{Global, Store};
 use kivi_server::listen::Addr;
 use kivi_server::Config;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// `kivi serve`'s flags. Each setting is optional here so that one given
@@ -20,9 +21,23 @@ pub struct ServeFlags {
     /// [default: 127.0.0.1:6380]
     #[arg(long, value_name = "ADDR")]
     pub resp: Option<String>,
-    /// Do not listen for RESP (with --kvlds)
+    /// Do not listen for RESP in plain text (with --tls or --kvlds)
     #[arg(long)]
     pub no_resp: bool,
+    /// A RESP listener over TLS, host:port (Redis's tls-port), besides --resp;
+    /// needs --tls-cert and --tls-key
+    #[arg(long, value_name = "ADDR")]
+    pub tls: Option<String>,
+    /// The server's certificate chain for --tls (PEM, its own certificate first)
+    #[arg(long, value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM)
+    #[arg(long, value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
+    /// Require TLS clients to present a certificate signed by this CA (PEM)
+    /// (Redis's tls-auth-clients yes)
+    #[arg(long, value_name = "FILE")]
+    pub tls_ca_cert: Option<PathBuf>,
     /// kvlds listener: host:port or a Unix socket path; none unless given
     #[arg(long, value_name = "ADDR")]
     pub kvlds: Option<String>,
@@ -57,6 +72,10 @@ pub struct ServeFlags {
 struct ServeArgs {
     resp: String,
     no_resp: bool,
+    tls: Option<String>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    tls_ca_cert: Option<PathBuf>,
     kvlds: Option<String>,
     max_connections: usize,
     requirepass: Option<String>,
@@ -79,6 +98,10 @@ impl ServeArgs {
                 .or(file.resp)
                 .unwrap_or_else(|| "127.0.0.1:6380".into()),
             no_resp: flags.no_resp || file.no_resp.unwrap_or(false),
+            tls: flags.tls.clone().or(file.tls),
+            tls_cert: flags.tls_cert.clone().or(file.tls_cert),
+            tls_key: flags.tls_key.clone().or(file.tls_key),
+            tls_ca_cert: flags.tls_ca_cert.clone().or(file.tls_ca_cert),
             kvlds: flags.kvlds.clone().or(file.kvlds),
             max_connections: flags
                 .max_connections
@@ -122,20 +145,22 @@ pub fn run(global: &Global, flags: &ServeFlags) -> Result<()> {
         .as_deref()
         .map(|k| Addr::parse(k).map_err(|e| CliError::Input(format!("--kvlds: {e}"))))
         .transpose()?;
-    if resp.is_none() && kvlds.is_none() {
+    if resp.is_none() && a.tls.is_none() && kvlds.is_none() {
         return Err(CliError::Input(
-            "--no-resp without --kvlds leaves nothing to listen on".into(),
+            "--no-resp without --tls or --kvlds leaves nothing to listen on".into(),
         ));
     }
+    let tls = tls(&a)?;
     let users = kivi_server::auth::Users::new(a.requirepass.as_deref(), &a.users)
         .map_err(|e| CliError::Input(format!("--requirepass / --user: {e}")))?;
     let config = Config {
         resp,
+        tls,
         kvlds,
         max_connections: a.max_connections,
         durability: store.durability,
         allocator: Some(crate::ALLOCATOR),
-        users: std::sync::Arc::new(users),
+        users: Arc::new(users),
         kvlds_remote: a.kvlds_allow_remote,
         idle_timeout: (a.idle_timeout > 0).then(|| Duration::from_secs(a.idle_timeout)),
         output_timeout: Duration::from_secs(a.output_timeout.max(1)),
@@ -156,6 +181,33 @@ pub fn run(global: &Global, flags: &ServeFlags) -> Result<()> {
         let _ = out.flush();
     })
     .map_err(|e| CliError::io("serve", e))
+}
+
+/// The TLS listener and its certificates, read now: a missing or bad file
+/// is refused before the store is opened.
+fn tls(a: &ServeArgs) -> Result<Option<(Addr, Arc<kivi_server::tls::Tls>)>> {
+    let Some(addr) = a.tls.as_deref() else {
+        if a.tls_cert.is_some() || a.tls_key.is_some() || a.tls_ca_cert.is_some() {
+            return Err(CliError::Input(
+                "--tls-cert, --tls-key and --tls-ca-cert need --tls ADDR".into(),
+            ));
+        }
+        return Ok(None);
+    };
+    let addr = Addr::parse(addr).map_err(|e| CliError::Input(format!("--tls: {e}")))?;
+    let (Some(cert), Some(key)) = (a.tls_cert.as_deref(), a.tls_key.as_deref()) else {
+        return Err(CliError::Input(
+            "--tls needs --tls-cert FILE and --tls-key FILE (PEM)".into(),
+        ));
+    };
+    let files = kivi_server::tls::Files {
+        cert: cert.to_path_buf(),
+        key: key.to_path_buf(),
+        ca: a.tls_ca_cert.as_deref().map(Path::to_path_buf),
+    };
+    let tls =
+        kivi_server::tls::Tls::load(files).map_err(|e| CliError::Input(format!("--tls: {e}")))?;
+    Ok(Some((addr, Arc::new(tls))))
 }
 
 /// Turns transparent huge pages off for this process, as Redis and most

@@ -20,6 +20,7 @@ pub mod kvlds;
 pub mod listen;
 pub mod resp;
 pub mod settings;
+pub mod tls;
 
 use auth::Users;
 use committer::Committer;
@@ -45,6 +46,9 @@ const STOP_GRACE: Duration = Duration::from_secs(30);
 #[derive(Debug, Clone)]
 pub struct Config {
     pub resp: Option<Addr>,
+    /// A second RESP listener, over TLS (Redis's tls-port), and its
+    /// certificates.
+    pub tls: Option<(Addr, Arc<tls::Tls>)>,
     pub kvlds: Option<Addr>,
     pub max_connections: usize,
     /// The durability the store was opened with. The `Db` does not tell
@@ -73,6 +77,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             resp: Some(Addr::Tcp("127.0.0.1:6380".into())),
+            tls: None,
             kvlds: None,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             durability: Durability::default(),
@@ -115,6 +120,10 @@ pub struct Shared {
     /// The kvlds listener's bound address, for CONFIG GET.
     pub kvlds_addr: Option<String>,
     pub kvlds_remote: bool,
+    /// The TLS listener's TCP port (0 if none), and its certificates, for
+    /// CONFIG GET.
+    pub tls_port: u16,
+    pub tls: Option<Arc<tls::Tls>>,
     pub durability: Durability,
     pub allocator: Option<Allocator>,
     pub users: Arc<Users>,
@@ -136,13 +145,26 @@ impl Shared {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Protocol {
     Resp,
+    /// RESP over TLS.
+    Tls,
     Kvlds,
 }
 
+impl Protocol {
+    fn name(self) -> &'static str {
+        match self {
+            Protocol::Resp => "resp",
+            Protocol::Tls => "tls",
+            Protocol::Kvlds => "kvlds",
+        }
+    }
+}
+
 /// Protected mode, as Redis has it: a listener that other machines can
-/// reach needs a way to keep them out. RESP without a password, and kvlds
-/// (which has no authentication) without `kvlds_remote`, listen on
-/// loopback or a Unix socket only.
+/// reach needs a way to keep them out. RESP without a password, TLS
+/// without a password or client certificates (mutual TLS authenticates
+/// the client), and kvlds (which has no authentication) without
+/// `kvlds_remote`, listen on loopback or a Unix socket only.
 pub fn protected_mode(config: &Config) -> io::Result<()> {
     let refuse = |msg: String| Err(io::Error::new(io::ErrorKind::PermissionDenied, msg));
     if let Some(Addr::Tcp(a)) = &config.resp {
@@ -151,6 +173,16 @@ pub fn protected_mode(config: &Config) -> io::Result<()> {
                 "refusing to listen for RESP on {a} without a password: other machines \
                  could reach it. Set one with --requirepass (or add users with --user \
                  NAME:ROLE:PASSWORD), or listen on 127.0.0.1 or a Unix socket"
+            ));
+        }
+    }
+    if let Some((Addr::Tcp(a), tls)) = &config.tls {
+        if !config.users.require_auth() && !tls.auth_clients() && !auth::is_loopback(a) {
+            return refuse(format!(
+                "refusing to listen for TLS on {a} without a password or client \
+                 certificates: other machines could reach it. Set a password with \
+                 --requirepass (or add users with --user NAME:ROLE:PASSWORD), require \
+                 client certificates with --tls-ca-cert, or listen on 127.0.0.1"
             ));
         }
     }
@@ -170,10 +202,10 @@ pub fn protected_mode(config: &Config) -> io::Result<()> {
 /// connection answer what it has read, and closes the store. `ready` is
 /// called once every listener is bound, with (protocol, address) pairs.
 pub fn run(db: Db, config: Config, ready: impl FnOnce(&[(&str, String)])) -> io::Result<()> {
-    if config.resp.is_none() && config.kvlds.is_none() {
+    if config.resp.is_none() && config.tls.is_none() && config.kvlds.is_none() {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            "no listener: give --resp or --kvlds",
+            "no listener: give --resp, --tls or --kvlds",
         ));
     }
     protected_mode(&config)?;
@@ -202,8 +234,10 @@ async fn serve(
     ready: impl FnOnce(&[(&str, String)]),
 ) -> io::Result<()> {
     let mut listeners = Vec::new();
+    let tls_addr = config.tls.as_ref().map(|(a, _)| a.clone());
     for (addr, proto) in [
         (&config.resp, Protocol::Resp),
+        (&tls_addr, Protocol::Tls),
         (&config.kvlds, Protocol::Kvlds),
     ] {
         if let Some(a) = addr {
@@ -215,20 +249,17 @@ async fn serve(
     }
     let bound: Vec<(&str, String)> = listeners
         .iter()
-        .map(|(l, p)| {
-            let name = match p {
-                Protocol::Resp => "resp",
-                Protocol::Kvlds => "kvlds",
-            };
-            (name, l.local_addr())
-        })
+        .map(|(l, p)| (p.name(), l.local_addr()))
         .collect();
-    let resp_port = bound
-        .iter()
-        .find(|(p, _)| *p == "resp")
-        .and_then(|(_, a)| a.rsplit_once(':'))
-        .and_then(|(_, port)| port.parse().ok())
-        .unwrap_or(0);
+    let port_of = |proto: Protocol| {
+        bound
+            .iter()
+            .find(|(p, _)| *p == proto.name())
+            .and_then(|(_, a)| a.rsplit_once(':'))
+            .and_then(|(_, port)| port.parse().ok())
+            .unwrap_or(0)
+    };
+    let (resp_port, tls_port) = (port_of(Protocol::Resp), port_of(Protocol::Tls));
     let resp_addr = bound
         .iter()
         .find(|(p, _)| *p == "resp")
@@ -250,6 +281,8 @@ async fn serve(
         resp_addr,
         kvlds_addr,
         kvlds_remote: config.kvlds_remote,
+        tls_port,
+        tls: config.tls.as_ref().map(|(_, t)| t.clone()),
         durability: config.durability,
         allocator: config.allocator,
         users: config.users.clone(),
@@ -263,7 +296,7 @@ async fn serve(
     });
     // Before `ready`: a SIGTERM sent as soon as the listeners are
     // announced must stop the server cleanly, not kill it.
-    let signals = Signals::install()?;
+    let signals = Signals::install(config.tls.is_some())?;
     ready(&bound);
     let sampler = {
         let (shared, stop) = (shared.clone(), shared.stop.clone());
@@ -275,7 +308,7 @@ async fn serve(
     for (l, proto) in listeners {
         accept_loops.spawn(accept_loop(l, proto, shared.clone()));
     }
-    signals.wait().await;
+    signals.wait(config.tls.as_ref().map(|(_, t)| &**t)).await;
     eprintln!("kivi serve: stopping: no new connections; answering what was read");
     let _ = stop_tx.send(true);
     while accept_loops.join_next().await.is_some() {}
@@ -284,26 +317,47 @@ async fn serve(
     Ok(())
 }
 
-/// The signals that stop the server, caught from the moment they are
-/// installed.
+/// The signals that stop the server (and, with TLS, SIGHUP, which reloads
+/// the certificates), caught from the moment they are installed. Without
+/// TLS, SIGHUP keeps its default: it ends the process.
 struct Signals {
     term: tokio::signal::unix::Signal,
     int: tokio::signal::unix::Signal,
+    hup: Option<tokio::signal::unix::Signal>,
 }
 
 impl Signals {
-    fn install() -> io::Result<Signals> {
+    fn install(tls: bool) -> io::Result<Signals> {
         use tokio::signal::unix::{signal, SignalKind};
         Ok(Signals {
             term: signal(SignalKind::terminate())?,
             int: signal(SignalKind::interrupt())?,
+            hup: if tls {
+                Some(signal(SignalKind::hangup())?)
+            } else {
+                None
+            },
         })
     }
 
-    async fn wait(mut self) {
-        tokio::select! {
-            _ = self.term.recv() => {}
-            _ = self.int.recv() => {}
+    /// Waits for SIGTERM or SIGINT, reloading `tls` on each SIGHUP.
+    async fn wait(mut self, tls: Option<&tls::Tls>) {
+        loop {
+            tokio::select! {
+                _ = self.term.recv() => return,
+                _ = self.int.recv() => return,
+                Some(_) = async { self.hup.as_mut()?.recv().await } => {
+                    let Some(tls) = tls else { continue };
+                    match tls.reload() {
+                        Ok(()) => eprintln!(
+                            "kivi serve: SIGHUP: reloaded the TLS certificates; new connections get them"
+                        ),
+                        Err(e) => eprintln!(
+                            "kivi serve: SIGHUP: TLS certificates not reloaded, keeping the ones before: {e}"
+                        ),
+                    }
+                }
+            }
         }
     }
 }
@@ -358,6 +412,7 @@ async fn accept_loop(l: Listener, proto: Protocol, shared: Arc<Shared>) {
         let Some(slot) = ConnectionSlot::take(&shared) else {
             Counters::add(&shared.counters.rejected_connections, 1);
             eprintln!("kivi serve: refused a connection from {peer}: at the connection limit");
+            // (Not over TLS: that would take a handshake.)
             if proto == Protocol::Resp {
                 use tokio::io::AsyncWriteExt;
                 let _ = stream
@@ -371,6 +426,25 @@ async fn accept_loop(l: Listener, proto: Protocol, shared: Arc<Shared>) {
         conns.spawn(async move {
             match proto {
                 Protocol::Resp => resp::serve(stream, peer, shared.clone()).await,
+                Protocol::Tls => {
+                    // Here, not in the accept loop: a slow client holds its
+                    // own slot only.
+                    let tls = shared
+                        .tls
+                        .as_ref()
+                        .expect("a TLS listener has its certificates");
+                    let handshake = tls.acceptor().accept(stream);
+                    match tokio::time::timeout(tls::HANDSHAKE_TIMEOUT, handshake).await {
+                        Ok(Ok(s)) => resp::serve(Box::new(s), peer, shared.clone()).await,
+                        Ok(Err(e)) => {
+                            eprintln!("kivi serve: TLS handshake with {peer} failed: {e}")
+                        }
+                        Err(_) => eprintln!(
+                            "kivi serve: TLS handshake with {peer} not done after {:?}; closed",
+                            tls::HANDSHAKE_TIMEOUT
+                        ),
+                    }
+                }
                 Protocol::Kvlds => kvlds::serve(stream, peer, shared.clone()).await,
             }
             drop(slot);

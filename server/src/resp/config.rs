@@ -28,6 +28,9 @@ pub struct Settings<'a> {
     pub requirepass: bool,
     /// `name:role` of each user other than the default one.
     pub users: Vec<String>,
+    /// The TLS listener's port (0: none) and its files.
+    pub tls_port: u16,
+    pub tls: Option<&'a crate::tls::Files>,
 }
 
 impl<'a> Settings<'a> {
@@ -48,6 +51,8 @@ impl<'a> Settings<'a> {
                 .filter(|(name, _)| *name != crate::auth::DEFAULT_USER)
                 .map(|(name, role)| format!("{name}:{}", role.name()))
                 .collect(),
+            tls_port: shared.tls_port,
+            tls: shared.tls.as_ref().map(|t| t.files()),
         }
     }
 }
@@ -119,7 +124,28 @@ pub fn params(s: &Settings) -> Vec<(&'static str, String)> {
         ("port", port),
         ("bind", bind),
         ("unixsocket", socket),
+        ("tls-port", s.tls_port.to_string()),
+        ("tls-cert-file", tls_path(s.tls.map(|t| &t.cert))),
+        ("tls-key-file", tls_path(s.tls.map(|t| &t.key))),
+        (
+            "tls-ca-cert-file",
+            tls_path(s.tls.and_then(|t| t.ca.as_ref())),
+        ),
+        // Client certificates are required exactly when a CA is given.
+        (
+            "tls-auth-clients",
+            if s.tls.is_some_and(|t| t.ca.is_some()) {
+                "yes"
+            } else {
+                "no"
+            }
+            .into(),
+        ),
     ]
+}
+
+fn tls_path(p: Option<&std::path::PathBuf>) -> String {
+    p.map(|p| p.display().to_string()).unwrap_or_default()
 }
 
 /// The settings CONFIG SET may change: kivi's name or Redis's for it.
@@ -157,7 +183,8 @@ fn set(shared: &Shared, pairs: &[Vec<u8>]) -> Result<Reply, Reply> {
             if known.iter().any(|(k, _)| *k == name) {
                 return Err(failed(
                     &name,
-                    "can't set immutable config (kivi: set it in the config file or on                      the command line, and restart)",
+                    "can't set immutable config (kivi: set it in the config file or on \
+                     the command line, and restart)",
                 ));
             }
             return Err(Reply::err(format!(
@@ -260,6 +287,8 @@ mod tests {
             output_timeout_secs: 60,
             requirepass: false,
             users: Vec::new(),
+            tls_port: 0,
+            tls: None,
         }
     }
 
@@ -281,19 +310,41 @@ mod tests {
         assert_eq!(value(&p, "port"), "6390");
         assert_eq!(value(&p, "bind"), "127.0.0.1");
         assert_eq!(value(&p, "unixsocket"), "");
+        assert_eq!(value(&p, "tls-port"), "0");
+        assert_eq!(value(&p, "tls-cert-file"), "");
+        assert_eq!(value(&p, "tls-auth-clients"), "no");
         let p = params(&Settings {
             durability: Durability::NoFsync,
             resp_addr: Some("[::1]:7000"),
+            tls_port: 6443,
+            tls: Some(&crate::tls::Files {
+                cert: "/etc/kivi/cert.pem".into(),
+                key: "/etc/kivi/key.pem".into(),
+                ca: None,
+            }),
             ..settings()
         });
         assert_eq!(value(&p, "appendfsync"), "no");
         assert_eq!(value(&p, "bind"), "::1");
+        assert_eq!(value(&p, "tls-port"), "6443");
+        assert_eq!(value(&p, "tls-cert-file"), "/etc/kivi/cert.pem");
+        assert_eq!(value(&p, "tls-key-file"), "/etc/kivi/key.pem");
+        assert_eq!(value(&p, "tls-ca-cert-file"), "");
+        assert_eq!(value(&p, "tls-auth-clients"), "no");
         let p = params(&Settings {
             resp_addr: Some("/tmp/kivi.sock"),
+            tls_port: 6443,
+            tls: Some(&crate::tls::Files {
+                cert: "c.pem".into(),
+                key: "k.pem".into(),
+                ca: Some("/etc/kivi/ca.pem".into()),
+            }),
             ..settings()
         });
         assert_eq!(value(&p, "unixsocket"), "/tmp/kivi.sock");
         assert_eq!(value(&p, "port"), "0");
+        assert_eq!(value(&p, "tls-ca-cert-file"), "/etc/kivi/ca.pem");
+        assert_eq!(value(&p, "tls-auth-clients"), "yes");
     }
 
     #[test]

@@ -93,9 +93,15 @@ async fn queue(
 /// Writes `out` to the client: false when the client is gone, or has not
 /// taken it within `Shared::output_timeout` (a client that sends and never
 /// reads its replies is let go, rather than holding a connection forever).
+/// Flushed: a TLS stream may keep what the socket did not take at once
+/// (a no-op on a plain socket).
 async fn send(shared: &Shared, stream: &mut Box<dyn Stream>, out: &[u8]) -> bool {
     let limit = shared.live.output_timeout();
-    match tokio::time::timeout(limit, stream.write_all(out)).await {
+    let written = async {
+        stream.write_all(out).await?;
+        stream.flush().await
+    };
+    match tokio::time::timeout(limit, written).await {
         Ok(r) => r.is_ok(),
         Err(_) => {
             eprintln!(
