@@ -92,6 +92,10 @@ struct Global {
     /// Acknowledge writes without fdatasync: a machine crash may lose the latest writes
     #[arg(long, global = true)]
     no_fsync: bool,
+    /// Log level or filter for the log on standard error (error, warn, info, debug,
+    /// trace, or RUST_LOG's syntax); overrides RUST_LOG [default: info]
+    #[arg(long, value_name = "LEVEL", global = true)]
+    log_level: Option<String>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -203,6 +207,13 @@ enum Command {
         /// read them
         #[arg(long, value_name = "SECONDS", default_value_t = kivi_server::DEFAULT_OUTPUT_TIMEOUT.as_secs())]
         output_timeout: u64,
+        /// Serve Prometheus metrics at http://ADDR/metrics (host:port); none unless given
+        #[arg(long, value_name = "ADDR")]
+        metrics: Option<String>,
+        /// Let the metrics endpoint, which has no authentication, listen on an address other
+        /// machines reach
+        #[arg(long)]
+        metrics_allow_remote: bool,
     },
     /// Measure kivi, and other stores, on kv40 data (40-byte keys and values)
     #[command(
@@ -259,6 +270,10 @@ fn fit_allocator_to_container() {
 fn main() -> ExitCode {
     fit_allocator_to_container();
     let cli = Cli::parse();
+    if let Err(e) = init_logging(cli.global.log_level.as_deref()) {
+        eprintln!("kivi: {e}");
+        return ExitCode::from(e.exit_code());
+    }
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -268,6 +283,32 @@ fn main() -> ExitCode {
             ExitCode::from(e.exit_code())
         }
     }
+}
+
+/// The log: one line per event on standard error, with its time (UTC,
+/// RFC 3339) and level, filtered by `--log-level`, else RUST_LOG, else
+/// `info`. The engine and the server only emit events (`tracing`); this is
+/// where they are written.
+fn init_logging(level: Option<&str>) -> Result<()> {
+    use std::io::IsTerminal;
+    use tracing_subscriber::EnvFilter;
+    let filter = match level {
+        Some(l) => {
+            EnvFilter::try_new(l).map_err(|e| CliError::Input(format!("--log-level {l:?}: {e}")))?
+        }
+        // RUST_LOG unset or empty: info. A RUST_LOG that does not parse is
+        // not a reason to refuse to run: its valid directives are kept.
+        None => match std::env::var("RUST_LOG") {
+            Ok(v) if !v.trim().is_empty() => EnvFilter::new(v),
+            _ => EnvFilter::new("info"),
+        },
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+    Ok(())
 }
 
 fn run(cli: Cli) -> Result<()> {
@@ -314,6 +355,8 @@ fn run(cli: Cli) -> Result<()> {
             kvlds_allow_remote,
             timeout,
             output_timeout,
+            metrics,
+            metrics_allow_remote,
         } => serve::run(
             &store,
             serve::ServeArgs {
@@ -326,6 +369,8 @@ fn run(cli: Cli) -> Result<()> {
                 kvlds_allow_remote: *kvlds_allow_remote,
                 idle_timeout: *timeout,
                 output_timeout: *output_timeout,
+                metrics: metrics.as_deref(),
+                metrics_allow_remote: *metrics_allow_remote,
             },
         ),
         Command::Table(args) => table::run(&store, args),

@@ -17,6 +17,8 @@ pub struct ServeArgs<'a> {
     pub kvlds_allow_remote: bool,
     pub idle_timeout: u64,
     pub output_timeout: u64,
+    pub metrics: Option<&'a str>,
+    pub metrics_allow_remote: bool,
 }
 
 pub fn run(store: &Store, a: ServeArgs<'_>) -> Result<()> {
@@ -37,6 +39,17 @@ pub fn run(store: &Store, a: ServeArgs<'_>) -> Result<()> {
             "--no-resp without --kvlds leaves nothing to listen on".into(),
         ));
     }
+    let metrics = match a.metrics {
+        Some(m) => match Addr::parse(m) {
+            Ok(Addr::Tcp(t)) => Some(Addr::Tcp(t)),
+            _ => {
+                return Err(CliError::Input(format!(
+                    "--metrics: {m:?} is not host:port"
+                )))
+            }
+        },
+        None => None,
+    };
     let users = kivi_server::auth::Users::new(a.requirepass, a.users)
         .map_err(|e| CliError::Input(format!("--requirepass / --user: {e}")))?;
     let config = Config {
@@ -49,6 +62,8 @@ pub fn run(store: &Store, a: ServeArgs<'_>) -> Result<()> {
         kvlds_remote: a.kvlds_allow_remote,
         idle_timeout: (a.idle_timeout > 0).then(|| Duration::from_secs(a.idle_timeout)),
         output_timeout: Duration::from_secs(a.output_timeout.max(1)),
+        metrics,
+        metrics_remote: a.metrics_allow_remote,
     };
     // Refused before the store is opened (or made).
     kivi_server::protected_mode(&config).map_err(|e| CliError::Input(e.to_string()))?;
@@ -116,8 +131,8 @@ fn raise_open_file_limit(max_connections: usize) {
     }
     let needed = max_connections as u64 + 256;
     if lim.rlim_cur < needed {
-        eprintln!(
-            "kivi serve: the open-file limit is {}, less than the {needed} that --max-connections {max_connections} may need; raise it (ulimit -n) or lower --max-connections",
+        tracing::warn!(
+            "the open-file limit is {}, less than the {needed} that --max-connections {max_connections} may need; raise it (ulimit -n) or lower --max-connections",
             lim.rlim_cur
         );
     }

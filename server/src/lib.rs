@@ -18,11 +18,12 @@ pub mod cursors;
 pub mod info;
 pub mod kvlds;
 pub mod listen;
+pub mod metrics;
 pub mod resp;
 
 use auth::Users;
 use committer::Committer;
-use counters::{Counters, OpsSampler};
+use counters::{CommandCounts, Counters, OpsSampler};
 use cursors::Cursors;
 use kivi::{Db, Durability};
 use listen::{Addr, Listener};
@@ -59,6 +60,11 @@ pub struct Config {
     /// A RESP connection that sends nothing this long is closed (Redis's
     /// `timeout`; `None`: never).
     pub idle_timeout: Option<Duration>,
+    /// The Prometheus endpoint's listener (`metrics`), if any.
+    pub metrics: Option<Addr>,
+    /// Let the metrics listener, which has no authentication, listen on an
+    /// address other machines reach.
+    pub metrics_remote: bool,
     /// A RESP connection whose replies wait this long for the client to
     /// read them is closed.
     pub output_timeout: Duration,
@@ -79,6 +85,8 @@ impl Default for Config {
             kvlds_remote: false,
             idle_timeout: None,
             output_timeout: DEFAULT_OUTPUT_TIMEOUT,
+            metrics: None,
+            metrics_remote: false,
         }
     }
 }
@@ -118,6 +126,8 @@ pub struct Shared {
     pub output_timeout: Duration,
     /// INFO's Stats counters.
     pub counters: Counters,
+    /// RESP commands by name, for the metrics endpoint.
+    pub commands: CommandCounts,
     /// The recent command rates (`instantaneous_ops_per_sec`), filled by
     /// one sampling task; a command never takes this lock.
     pub ops: Mutex<OpsSampler>,
@@ -156,6 +166,14 @@ pub fn protected_mode(config: &Config) -> io::Result<()> {
                 "refusing to listen for kvlds on {a}: the kvlds protocol has no \
                  authentication. Listen on 127.0.0.1 or a Unix socket, or say \
                  --kvlds-allow-remote to let other machines in"
+            ));
+        }
+    }
+    if let Some(Addr::Tcp(a)) = &config.metrics {
+        if !config.metrics_remote && !auth::is_loopback(a) {
+            return refuse(format!(
+                "refusing to serve metrics on {a}: the endpoint has no authentication. \
+                 Listen on 127.0.0.1, or say --metrics-allow-remote to let other machines in"
             ));
         }
     }
@@ -209,7 +227,13 @@ async fn serve(
             listeners.push((l, proto));
         }
     }
-    let bound: Vec<(&str, String)> = listeners
+    let metrics_listener = match &config.metrics {
+        Some(a) => Some(Listener::bind(a).await.map_err(|e| {
+            io::Error::new(e.kind(), format!("cannot listen for metrics on {a}: {e}"))
+        })?),
+        None => None,
+    };
+    let mut bound: Vec<(&str, String)> = listeners
         .iter()
         .map(|(l, p)| {
             let name = match p {
@@ -219,6 +243,9 @@ async fn serve(
             (name, l.local_addr())
         })
         .collect();
+    if let Some(l) = &metrics_listener {
+        bound.push(("metrics", l.local_addr()));
+    }
     let resp_port = bound
         .iter()
         .find(|(p, _)| *p == "resp")
@@ -247,6 +274,7 @@ async fn serve(
         idle_timeout: config.idle_timeout,
         output_timeout: config.output_timeout,
         counters: Counters::default(),
+        commands: CommandCounts::default(),
         ops: Mutex::new(OpsSampler::default()),
     });
     ready(&bound);
@@ -256,16 +284,20 @@ async fn serve(
             counters::sample_ops(&shared.counters, &shared.ops, stop).await;
         })
     };
+    let metrics = metrics_listener.map(|l| tokio::spawn(metrics::serve(l, shared.clone())));
     let slots = Arc::new(Semaphore::new(config.max_connections));
     let mut accept_loops = JoinSet::new();
     for (l, proto) in listeners {
         accept_loops.spawn(accept_loop(l, proto, shared.clone(), slots.clone()));
     }
     wait_for_signal().await;
-    eprintln!("kivi serve: stopping: no new connections; answering what was read");
+    tracing::info!("stopping: no new connections; answering what was read");
     let _ = stop_tx.send(true);
     while accept_loops.join_next().await.is_some() {}
     let _ = sampler.await;
+    if let Some(m) = metrics {
+        let _ = m.await;
+    }
     drop(shared);
     Ok(())
 }
@@ -297,14 +329,19 @@ async fn accept_loop(l: Listener, proto: Protocol, shared: Arc<Shared>, slots: A
             Err(e) => {
                 // Out of descriptors, or the peer gave up: keep accepting,
                 // after a pause so a persistent error does not spin.
-                eprintln!("kivi serve: accept failed: {e}");
+                tracing::error!(listener = %l.local_addr(), error = %e, "accept failed");
                 tokio::time::sleep(Duration::from_millis(10)).await;
                 continue;
             }
         };
         let Ok(slot) = slots.clone().try_acquire_owned() else {
             Counters::add(&shared.counters.rejected_connections, 1);
-            eprintln!("kivi serve: refused a connection from {peer}: at the connection limit");
+            tracing::warn!(
+                %peer,
+                reason = "at the connection limit",
+                max_connections = shared.max_connections,
+                "refused a connection"
+            );
             if proto == Protocol::Resp {
                 use tokio::io::AsyncWriteExt;
                 let _ = stream
@@ -331,9 +368,10 @@ async fn accept_loop(l: Listener, proto: Protocol, shared: Arc<Shared>, slots: A
     })
     .await;
     if drained.is_err() {
-        eprintln!(
-            "kivi serve: {} connections still busy after {STOP_GRACE:?}; closing anyway",
-            conns.len()
+        tracing::warn!(
+            busy = conns.len(),
+            grace = ?STOP_GRACE,
+            "connections still busy after the grace period; closing anyway"
         );
         conns.abort_all();
     }

@@ -179,7 +179,7 @@ pub async fn serve(stream: Box<dyn Stream>, peer: String, shared: Arc<Shared>) {
         }
     }
     if let Some(reason) = &c.close {
-        eprintln!("kivi serve: kvlds connection from {peer} closed: {reason}");
+        tracing::info!(%peer, %reason, "closed a kvlds connection");
     }
     let _ = wr.shutdown().await;
 }
