@@ -136,6 +136,33 @@ impl CommandTally {
     }
 }
 
+/// kvlds requests by type, in the order of `KVLDS_REQUESTS`; a connection
+/// tallies its own (`[u64; KVLDS_REQUESTS.len()]`) and adds them here once
+/// per read, as RESP's are.
+#[derive(Debug, Default)]
+pub struct KvldsCounts {
+    counts: [AtomicU64; KVLDS_REQUESTS.len()],
+}
+
+/// The kvlds request types, as the metrics name them.
+pub const KVLDS_REQUESTS: [&str; 9] = [
+    "PARAMS", "GET", "RANGE", "SET", "CAS", "ADD", "MODIFY", "DELETE", "CAD",
+];
+
+impl KvldsCounts {
+    pub fn fold(&self, tally: &mut [u64; KVLDS_REQUESTS.len()]) {
+        for (c, n) in self.counts.iter().zip(tally.iter_mut()) {
+            Counters::add(c, std::mem::take(n));
+        }
+    }
+
+    pub fn read(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        KVLDS_REQUESTS
+            .into_iter()
+            .zip(self.counts.iter().map(|c| c.load(Ordering::Relaxed)))
+    }
+}
+
 /// How often the commands counter is sampled, and how many samples the
 /// rate is the mean of: Redis's own choice (a sample per 100 ms, 16 kept),
 /// so `instantaneous_ops_per_sec` means what Redis's does: the rate over

@@ -23,7 +23,7 @@ pub mod resp;
 
 use auth::Users;
 use committer::Committer;
-use counters::{CommandCounts, Counters, OpsSampler};
+use counters::{CommandCounts, Counters, KvldsCounts, OpsSampler};
 use cursors::Cursors;
 use kivi::{Db, Durability};
 use listen::{Addr, Listener};
@@ -126,8 +126,10 @@ pub struct Shared {
     pub output_timeout: Duration,
     /// INFO's Stats counters.
     pub counters: Counters,
-    /// RESP commands by name, for the metrics endpoint.
+    /// RESP commands by name, and kvlds requests by type, for the metrics
+    /// endpoint.
     pub commands: CommandCounts,
+    pub kvlds_requests: KvldsCounts,
     /// The recent command rates (`instantaneous_ops_per_sec`), filled by
     /// one sampling task; a command never takes this lock.
     pub ops: Mutex<OpsSampler>,
@@ -275,6 +277,7 @@ async fn serve(
         output_timeout: config.output_timeout,
         counters: Counters::default(),
         commands: CommandCounts::default(),
+        kvlds_requests: KvldsCounts::default(),
         ops: Mutex::new(OpsSampler::default()),
     });
     ready(&bound);

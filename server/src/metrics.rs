@@ -235,6 +235,18 @@ impl Collector for Collect {
                     .encode_counter::<NoLabelSet, _, u64>(&n, None)?;
             }
         }
+        {
+            let mut m = e.encode_descriptor(
+                "kivi_kvlds_requests",
+                "kvlds requests read, by type",
+                None,
+                MetricType::Counter,
+            )?;
+            for (name, n) in s.kvlds_requests.read() {
+                m.encode_family(&[("request", name)])?
+                    .encode_counter::<NoLabelSet, _, u64>(&n, None)?;
+            }
+        }
         let c = &s.counters;
         gauge(
             e,
