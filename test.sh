@@ -4,8 +4,9 @@
 # clients, and a small run of the benchmark suite against every store. Works
 # on a fresh Debian machine with Rust installed (https://rustup.rs);
 # bench/setup.sh installs the system libraries the other stores need (RocksDB,
-# LevelDB), strace, and redis-tools; pip installs redis-py, pytest and cachelib
-# (a cache library that stores through Redis, tested against kivi).
+# LevelDB), strace, and redis-tools; pip installs redis-py, pytest, cachelib
+# (a cache library that stores through Redis, tested against kivi) and
+# prometheus_client (whose parser reads `kivi serve --metrics`).
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -25,8 +26,8 @@ cargo test --workspace --locked --features kivi-cli/peers,kivi-bench/peers
 cargo clippy -p kivi-cli --all-targets --locked -- -D warnings
 cargo test -p kivi-cli --locked --test cli -- bench_without_the_suite help_lists
 # The server with redis-py, redis-cli and redis-benchmark.
-python3 -c 'import redis, pytest, cachelib' 2>/dev/null ||
-    python3 -m pip install --quiet 'redis>=5' pytest cachelib
+python3 -c 'import redis, pytest, cachelib, prometheus_client' 2>/dev/null ||
+    python3 -m pip install --quiet 'redis>=5' pytest cachelib prometheus_client
 cargo build --release --locked --quiet -p kivi-cli --features peers
 KIVI_BIN=target/release/kivi python3 -m pytest -q tests/server
 # The benchmark suite works, on every store (a tiny run; real numbers come

@@ -34,6 +34,9 @@ pub struct ServeFile {
     pub user: Vec<UserEntry>,
     pub timeout: Option<u64>,
     pub output_timeout: Option<u64>,
+    pub metrics: Option<String>,
+    pub metrics_allow_remote: Option<bool>,
+    pub log_level: Option<String>,
 }
 
 /// `[[user]]`: one user, as `--user NAME:ROLE:PASSWORD` gives it.
@@ -72,7 +75,6 @@ impl ServeFile {
             .map_err(|e| CliError::io(format!("config file {shown}"), e))?;
         let file = Self::parse(&text)
             .map_err(|e| CliError::Input(format!("config file {shown}: {}", e.trim_end())))?;
-        file.warn_if_others_can_read(path, &meta);
         Ok(file)
     }
 
@@ -86,14 +88,16 @@ impl ServeFile {
     }
 
     /// A file holding passwords that every local user can read gives them
-    /// away; said at start-up, as ssh says of a private key.
-    fn warn_if_others_can_read(&self, path: &Path, meta: &std::fs::Metadata) {
+    /// away; said at start-up (once the log is set up), as ssh says of a
+    /// private key.
+    pub fn warn_if_others_can_read(&self, path: &Path) {
         use std::os::unix::fs::PermissionsExt;
-        if self.has_passwords() && meta.permissions().mode() & 0o004 != 0 {
-            eprintln!(
-                "kivi serve: warning: config file {} holds passwords and every user of this \
-                 machine can read it; chmod o-r it",
-                path.display()
+        let readable = std::fs::metadata(path).is_ok_and(|m| m.permissions().mode() & 0o004 != 0);
+        if self.has_passwords() && readable {
+            tracing::warn!(
+                file = %path.display(),
+                "config file holds passwords and every user of this machine can read it; \
+                 chmod o-r it"
             );
         }
     }
@@ -121,6 +125,9 @@ mod tests {
             requirepass = "s3cret"
             timeout = 300
             output-timeout = 20
+            metrics = "127.0.0.1:9121"
+            metrics-allow-remote = false
+            log-level = "warn"
 
             [[user]]
             name = "reports"
@@ -151,6 +158,9 @@ mod tests {
                 }],
                 timeout: Some(300),
                 output_timeout: Some(20),
+                metrics: Some("127.0.0.1:9121".into()),
+                metrics_allow_remote: Some(false),
+                log_level: Some("warn".into()),
             }
         );
         assert_eq!(f.user[0].spec(), "reports:read-only:r:3ad");

@@ -93,6 +93,10 @@ pub struct Global {
     /// Acknowledge writes without fdatasync: a machine crash may lose the latest writes
     #[arg(long, global = true)]
     pub no_fsync: bool,
+    /// Log level or filter for the log on standard error (error, warn, info, debug,
+    /// trace, or RUST_LOG's syntax); overrides RUST_LOG [default: info]
+    #[arg(long, value_name = "LEVEL", global = true)]
+    log_level: Option<String>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -181,7 +185,7 @@ enum Command {
         redis-cli --tls --cacert ca.pem -p 6443 ping\n  \
         kivi serve --config /etc/kivi/serve.toml"
     )]
-    Serve(serve::ServeFlags),
+    Serve(Box<serve::ServeFlags>),
     /// Measure kivi, and other stores, on kv40 data (40-byte keys and values)
     #[command(
         long_about = "Measure kivi, and with a build with `--features peers` the stores users \
@@ -237,6 +241,14 @@ fn fit_allocator_to_container() {
 fn main() -> ExitCode {
     fit_allocator_to_container();
     let cli = Cli::parse();
+    // `serve` starts its log once it has read its config file, which may
+    // set the level.
+    if !matches!(cli.command, Command::Serve(_)) {
+        if let Err(e) = init_logging(cli.global.log_level.as_deref()) {
+            eprintln!("kivi: {e}");
+            return ExitCode::from(e.exit_code());
+        }
+    }
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -246,6 +258,32 @@ fn main() -> ExitCode {
             ExitCode::from(e.exit_code())
         }
     }
+}
+
+/// The log: one line per event on standard error, with its time (UTC,
+/// RFC 3339) and level, filtered by `--log-level`, else RUST_LOG, else
+/// `info`. The engine and the server only emit events (`tracing`); this is
+/// where they are written.
+pub fn init_logging(level: Option<&str>) -> Result<()> {
+    use std::io::IsTerminal;
+    use tracing_subscriber::EnvFilter;
+    let filter = match level {
+        Some(l) => {
+            EnvFilter::try_new(l).map_err(|e| CliError::Input(format!("--log-level {l:?}: {e}")))?
+        }
+        // RUST_LOG unset or empty: info. A RUST_LOG that does not parse is
+        // not a reason to refuse to run: its valid directives are kept.
+        None => match std::env::var("RUST_LOG") {
+            Ok(v) if !v.trim().is_empty() => EnvFilter::new(v),
+            _ => EnvFilter::new("info"),
+        },
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+    Ok(())
 }
 
 fn run(cli: Cli) -> Result<()> {

@@ -65,6 +65,13 @@ pub struct ServeFlags {
     /// client to read them [default: 60]
     #[arg(long, value_name = "SECONDS")]
     pub output_timeout: Option<u64>,
+    /// Serve Prometheus metrics at http://ADDR/metrics (host:port); none unless given
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
+    /// Let the metrics endpoint, which has no authentication, listen on an address other
+    /// machines reach
+    #[arg(long)]
+    pub metrics_allow_remote: bool,
 }
 
 /// Where `kivi serve` listens and how: the flags over the config file
@@ -83,6 +90,8 @@ struct ServeArgs {
     kvlds_allow_remote: bool,
     idle_timeout: u64,
     output_timeout: u64,
+    metrics: Option<String>,
+    metrics_allow_remote: bool,
 }
 
 impl ServeArgs {
@@ -116,6 +125,9 @@ impl ServeArgs {
                 .output_timeout
                 .or(file.output_timeout)
                 .unwrap_or(kivi_server::DEFAULT_OUTPUT_TIMEOUT.as_secs()),
+            metrics: flags.metrics.clone().or(file.metrics),
+            metrics_allow_remote: flags.metrics_allow_remote
+                || file.metrics_allow_remote.unwrap_or(false),
         }
     }
 }
@@ -125,6 +137,10 @@ pub fn run(global: &Global, flags: &ServeFlags) -> Result<()> {
         Some(path) => ServeFile::read(path)?,
         None => ServeFile::default(),
     };
+    crate::init_logging(global.log_level.as_deref().or(file.log_level.as_deref()))?;
+    if let Some(path) = &flags.config {
+        file.warn_if_others_can_read(path);
+    }
     // The store: -d and --no-fsync on the command line win over the file.
     let store = Store::with(
         global.data_dir.clone().or(file.data_dir.clone()),
@@ -151,6 +167,17 @@ pub fn run(global: &Global, flags: &ServeFlags) -> Result<()> {
         ));
     }
     let tls = tls(&a)?;
+    let metrics = match a.metrics.as_deref() {
+        Some(m) => match Addr::parse(m) {
+            Ok(Addr::Tcp(t)) => Some(Addr::Tcp(t)),
+            _ => {
+                return Err(CliError::Input(format!(
+                    "--metrics: {m:?} is not host:port"
+                )))
+            }
+        },
+        None => None,
+    };
     let users = kivi_server::auth::Users::new(a.requirepass.as_deref(), &a.users)
         .map_err(|e| CliError::Input(format!("--requirepass / --user: {e}")))?;
     let config = Config {
@@ -164,6 +191,8 @@ pub fn run(global: &Global, flags: &ServeFlags) -> Result<()> {
         kvlds_remote: a.kvlds_allow_remote,
         idle_timeout: (a.idle_timeout > 0).then(|| Duration::from_secs(a.idle_timeout)),
         output_timeout: Duration::from_secs(a.output_timeout.max(1)),
+        metrics,
+        metrics_remote: a.metrics_allow_remote,
     };
     // Refused before the store is opened (or made).
     kivi_server::protected_mode(&config).map_err(|e| CliError::Input(e.to_string()))?;
@@ -258,8 +287,8 @@ fn raise_open_file_limit(max_connections: usize) {
     }
     let needed = max_connections as u64 + 256;
     if lim.rlim_cur < needed {
-        eprintln!(
-            "kivi serve: the open-file limit is {}, less than the {needed} that --max-connections {max_connections} may need; raise it (ulimit -n) or lower --max-connections",
+        tracing::warn!(
+            "the open-file limit is {}, less than the {needed} that --max-connections {max_connections} may need; raise it (ulimit -n) or lower --max-connections",
             lim.rlim_cur
         );
     }

@@ -103,7 +103,7 @@ pub(crate) fn run(
         reclaim_more = match reclaim::round(store, commit, bp, &mut reclaim_cursor) {
             Ok(more) => more,
             Err(e) => {
-                store.note_error(format!("reclaiming expired keys: {e}"));
+                store.note_error("reclaiming expired keys", &e);
                 false
             }
         };

@@ -265,7 +265,7 @@ impl Checkpointer {
                 store.pager().set_failed_generation(generation);
                 c.pages.checkpoint_failed();
                 counters.checkpoint_failed();
-                store.note_error(format!("checkpoint failed: {e}"));
+                store.note_error(&format!("checkpoint ({kind:?})"), &e);
                 return Err(e);
             }
         };
@@ -325,7 +325,13 @@ impl State {
         self.undeleted.extend(obsolete);
         while let Some(&id) = self.undeleted.first() {
             if let Err(e) = store.storage().delete_segment(id) {
-                store.note_error(format!("deleting an obsolete commit segment: {e}"));
+                store.note_error(
+                    &format!(
+                        "deleting obsolete commit segment {}",
+                        store.storage().segment_name(id)
+                    ),
+                    &e,
+                );
                 break;
             }
             self.undeleted.remove(0);

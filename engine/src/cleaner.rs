@@ -144,7 +144,13 @@ impl Cleaner {
                     counters.segment_cleaned();
                 }
                 Err(e) => {
-                    store.note_error(format!("deleting a cleaned page segment: {e}"));
+                    store.note_error(
+                        &format!(
+                            "cleaner: deleting page segment {}",
+                            store.storage().segment_name(id)
+                        ),
+                        &e,
+                    );
                     i += 1;
                 }
             }

@@ -172,7 +172,7 @@ impl CommitPath {
             return;
         }
         if let Err(e) = store.merge_buffer(&v, true) {
-            store.note_error(format!("merging the write buffer: {e}"));
+            store.note_error("merging the write buffer", &e);
         }
     }
 
@@ -278,7 +278,7 @@ impl CommitPath {
         {
             Ok(appended) => appended,
             Err(e) => {
-                store.note_error(e.to_string());
+                store.note_error("group commit (append and fdatasync to the commit log)", &e);
                 return fail_group(store, replies, &e);
             }
         };
@@ -328,7 +328,7 @@ fn base_for_group(store: &Store) -> Result<Arc<Version>> {
     match store.merge_buffer(&base, false) {
         Ok(merged) => Ok(merged),
         Err(e) => {
-            store.note_error(format!("merging the write buffer: {e}"));
+            store.note_error("merging the write buffer", &e);
             // Past twice its bound the buffer takes no more: writes
             // fail with the error until a merge succeeds.
             if base.buffer.bytes() >= store.buffer_limit().saturating_mul(2) {
@@ -446,7 +446,7 @@ fn route_group(
                 buffered = false;
             }
             Err(e) => {
-                store.note_error(format!("merging the write buffer: {e}"));
+                store.note_error("merging the write buffer", &e);
             }
         }
     }

@@ -8,6 +8,7 @@
 //! after it is synced, and the new segment's header records where the old one
 //! validly ends, so a failed append can be cut off without truncating a file.
 
+use crate::latency::{timed, SyncTimes};
 use crate::pacing::Pacer;
 use crate::segment_chain::SegmentChain;
 use kivi_log::{Error, RecordType, SegmentAppender, SegmentIds, SegmentKind};
@@ -47,9 +48,12 @@ pub(crate) struct CommitLog {
     pub appended: u64,
     /// Start a new segment before the next append (see `roll_before_next`).
     roll_requested: bool,
+    /// Where each sync's time is recorded (`commit_log`).
+    syncs: Arc<SyncTimes>,
 }
 
 impl CommitLog {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         storage: Arc<dyn Storage>,
         ids: Arc<SegmentIds>,
@@ -58,6 +62,7 @@ impl CommitLog {
         prev: Option<(SegmentId, u64)>,
         segments: Vec<LogSegment>,
         pacer: Arc<Pacer>,
+        syncs: Arc<SyncTimes>,
     ) -> Self {
         CommitLog {
             chain: SegmentChain::new(storage, ids, store_id, SegmentKind::Commits, None, prev),
@@ -66,6 +71,7 @@ impl CommitLog {
             segments: segments.into(),
             appended: 0,
             roll_requested: false,
+            syncs,
         }
     }
 
@@ -147,6 +153,7 @@ impl CommitLog {
         if sync {
             self.pacer.commit_syncing();
         }
+        let syncs = self.syncs.clone();
         let app = self.ensure_segment(checkpoint)?;
         let start = app.len();
         let synced_through = app.synced_len();
@@ -156,9 +163,13 @@ impl CommitLog {
             },
             synced_through,
         );
-        let result = app
-            .flush()
-            .and_then(|()| if sync { app.sync() } else { Ok(()) });
+        let result = app.flush().and_then(|()| {
+            if sync {
+                timed(&syncs.commit_log, || app.sync())
+            } else {
+                Ok(())
+            }
+        });
         if let Err(e) = result {
             app.abandon_from(start);
             return Err(e);
@@ -195,7 +206,7 @@ impl CommitLog {
     /// Syncs the open segment (used before a clean close in no-fsync mode).
     pub fn sync(&mut self) -> Result<(), Error> {
         match self.chain.current_mut() {
-            Some(cur) if !cur.is_broken() => cur.sync(),
+            Some(cur) if !cur.is_broken() => timed(&self.syncs.commit_log, || cur.sync()),
             _ => Ok(()),
         }
     }

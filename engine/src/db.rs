@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::expiry::{is_live, Clock, Deadline, Millis};
 use crate::identity::{self, IDENTITY};
 use crate::iter::{Iter, Scan, Snapshot};
+use crate::latency::{SyncTimes, SyncTimesSnapshot};
 use crate::limits::MAX_KEY_LEN;
 use crate::options::Options;
 use crate::pacing::Pacer;
@@ -38,6 +39,8 @@ pub(crate) struct Inner {
     checkpointer: Checkpointer,
     backpressure: Backpressure,
     background: Background,
+    /// How long the logs' fdatasyncs took.
+    syncs: Arc<SyncTimes>,
 }
 
 /// A kivi store. Cheap to clone; all clones share one store, and the store
@@ -142,6 +145,7 @@ impl Db {
         let rec = recover(&storage, &pager, store_id)?;
         let ids = Arc::new(SegmentIds::after(rec.max_segment_id));
         let pacer = Arc::new(Pacer::new());
+        let syncs = Arc::new(SyncTimes::default());
         let (writer, pages) = if opts.read_only {
             (None, None)
         } else {
@@ -156,6 +160,7 @@ impl Db {
                 rec.log_end,
                 rec.log_segments.clone(),
                 pacer.clone(),
+                syncs.clone(),
             );
             let pages = PageLog::new(
                 storage.clone(),
@@ -165,6 +170,7 @@ impl Db {
                 rec.page_end,
                 rec.page_segments.clone(),
                 pacer.clone(),
+                syncs.clone(),
             );
             (Some(Writer::new(log, rec.version.visible_seq)), Some(pages))
         };
@@ -190,6 +196,7 @@ impl Db {
             checkpointer,
             backpressure: Backpressure::new(pacer),
             background: Background::default(),
+            syncs,
         });
         if !read_only {
             let me = inner.clone();
@@ -219,6 +226,17 @@ impl Db {
     /// The checkpointer (for `stats` and `check`).
     pub(crate) fn checkpointer(&self) -> &Checkpointer {
         &self.handle.inner.checkpointer
+    }
+
+    /// How long the store's fdatasyncs took since open, in nanoseconds, by
+    /// log: the commit log's (one per durable group commit) and the page
+    /// log's (one per checkpoint). Cheap: no segment is looked at.
+    pub fn sync_times(&self) -> SyncTimesSnapshot {
+        let s = &self.handle.inner.syncs;
+        SyncTimesSnapshot {
+            commit_log: s.commit_log.snapshot(),
+            page_log: s.page_log.snapshot(),
+        }
     }
 
     /// The value stored under `key` (absent once its deadline passed).

@@ -30,6 +30,7 @@ mod error;
 mod expiry;
 mod identity;
 mod iter;
+mod latency;
 pub mod limits;
 mod machine_memory;
 mod options;
@@ -54,6 +55,7 @@ pub use iter::{Iter, Scan, Snapshot};
 /// crate; the `tables` feature, on by default).
 #[cfg(feature = "tables")]
 pub use kivi_tables as table;
+pub use latency::{Histogram, HistogramSnapshot, SyncTimesSnapshot, LATENCY_BOUNDS_NS};
 pub use machine_memory::container_limit as container_memory_limit;
 pub use options::{
     default_cache_bytes, default_write_buffer_bytes, Durability, Options, MIN_DEFAULT_CACHE_BYTES,

@@ -3,6 +3,7 @@
 //! once at its end, before its checkpoint record is committed, so a page is
 //! never referenced before it is durable.
 
+use crate::latency::{timed, SyncTimes};
 use crate::pacing::Pacer;
 use crate::segment_chain::SegmentChain;
 use kivi_log::{Addr, Error, PageRef, RecordType, SegmentIds, SegmentKind};
@@ -34,9 +35,12 @@ pub(crate) struct PageLog {
     /// while a checkpoint holds the page log (the file itself is grown
     /// ahead of its data; see `SegmentWriter`).
     appending: Arc<Mutex<Option<(SegmentId, u64)>>>,
+    /// Where each sync's time is recorded (`page_log`).
+    syncs: Arc<SyncTimes>,
 }
 
 impl PageLog {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         storage: Arc<dyn Storage>,
         ids: Arc<SegmentIds>,
@@ -45,6 +49,7 @@ impl PageLog {
         prev: Option<(SegmentId, u64)>,
         segments: BTreeMap<SegmentId, u64>,
         pacer: Arc<Pacer>,
+        syncs: Arc<SyncTimes>,
     ) -> Self {
         PageLog {
             chain: SegmentChain::new(
@@ -60,6 +65,7 @@ impl PageLog {
             durable_end: 0,
             segments,
             appending: Arc::default(),
+            syncs,
         }
     }
 
@@ -139,7 +145,7 @@ impl PageLog {
     /// Makes everything written so far durable.
     pub fn sync(&mut self) -> Result<(), Error> {
         match self.chain.current_mut() {
-            Some(cur) => cur.sync(),
+            Some(cur) => timed(&self.syncs.page_log, || cur.sync()),
             None => Ok(()),
         }
     }

@@ -147,9 +147,12 @@ impl Store {
         self.published.swap(next)
     }
 
-    /// Remembers `message` as the most recent background error.
-    pub fn note_error(&self, message: String) {
-        *self.last_error.lock() = Some(message);
+    /// Remembers a failed `step` as the most recent background error, and
+    /// logs it (the error names the file and the call when it is an I/O
+    /// error).
+    pub fn note_error(&self, step: &str, error: &dyn std::fmt::Display) {
+        tracing::error!(store = %self.path, step, %error, "{step} failed");
+        *self.last_error.lock() = Some(format!("{step}: {error}"));
     }
 
     pub fn last_error(&self) -> Option<String> {

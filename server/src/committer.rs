@@ -15,8 +15,9 @@
 //! batch instead of thousands. A write with a condition stays a batch of
 //! its own, since its condition failing must not undo others.
 
-use kivi::{Db, WriteBatch, WriteOutcome};
+use kivi::{Db, Histogram, WriteBatch, WriteOutcome};
 use std::sync::Arc;
+use std::time::Instant;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
 /// Submissions queued and not yet taken by the commit thread, at most.
@@ -35,12 +36,39 @@ pub type Done = Box<dyn FnOnce(kivi::Result<WriteOutcome>) + Send>;
 struct Job {
     writes: Vec<(WriteBatch, Done)>,
     _bytes: OwnedSemaphorePermit,
+    submitted: Instant,
 }
 
 #[derive(Clone)]
 pub struct Committer {
     tx: mpsc::Sender<Job>,
     bytes: Arc<Semaphore>,
+    stats: Arc<CommitStats>,
+}
+
+/// Upper bounds of the buckets of `CommitStats::group_writes`.
+pub const GROUP_WRITES_BOUNDS: &[u64] = &[
+    1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384, 65536,
+];
+
+/// What the commit thread measures, for the metrics endpoint.
+#[derive(Debug)]
+pub struct CommitStats {
+    /// From a connection's writes entering the queue to their answers
+    /// (durable, or failed), in nanoseconds: one value per submission.
+    pub latency: Histogram,
+    /// Writes (the clients' batches, before merging) the thread took from
+    /// the queue together and committed in one round.
+    pub group_writes: Histogram,
+}
+
+impl Default for CommitStats {
+    fn default() -> Self {
+        CommitStats {
+            latency: Histogram::latency(),
+            group_writes: Histogram::new(GROUP_WRITES_BOUNDS),
+        }
+    }
 }
 
 /// One batch for the store and the writes it answers.
@@ -79,6 +107,8 @@ impl Committer {
     /// dropped and the queue is drained.
     pub fn start(db: Db) -> (Committer, std::thread::JoinHandle<()>) {
         let (tx, mut rx) = mpsc::channel::<Job>(MAX_QUEUED);
+        let stats = Arc::new(CommitStats::default());
+        let thread_stats = stats.clone();
         let thread = std::thread::Builder::new()
             .name("kivi-serve-commit".into())
             .spawn(move || {
@@ -94,9 +124,12 @@ impl Committer {
                             Err(_) => break,
                         }
                     }
+                    thread_stats.group_writes.record(writes as u64);
                     let mut permits = Vec::with_capacity(jobs.len());
+                    let mut submitted = Vec::with_capacity(jobs.len());
                     let merged = merge(jobs.into_iter().flat_map(|j| {
                         permits.push(j._bytes);
+                        submitted.push(j.submitted);
                         j.writes
                     }));
                     let (batches, dones): (Vec<_>, Vec<_>) =
@@ -111,12 +144,23 @@ impl Committer {
                             });
                         }
                     }
+                    let answered = Instant::now();
+                    for t in submitted {
+                        thread_stats
+                            .latency
+                            .record_duration(answered.saturating_duration_since(t));
+                    }
                     drop(permits);
                 }
             })
             .expect("spawn the commit thread");
         let bytes = Arc::new(Semaphore::new(MAX_QUEUED_KIB as usize));
-        (Committer { tx, bytes }, thread)
+        (Committer { tx, bytes, stats }, thread)
+    }
+
+    /// What the commit thread measured.
+    pub fn stats(&self) -> &CommitStats {
+        &self.stats
     }
 
     /// Queues `batch`; `done` is called with its outcome once it is
@@ -131,6 +175,7 @@ impl Committer {
         if writes.is_empty() {
             return;
         }
+        let submitted = Instant::now();
         let bytes: usize = writes.iter().map(|(b, _)| b.size_bytes() + 64).sum();
         let kib = (bytes / 1024 + 1).min(MAX_QUEUED_KIB as usize) as u32;
         let permit = self
@@ -142,6 +187,7 @@ impl Committer {
         let job = Job {
             writes,
             _bytes: permit,
+            submitted,
         };
         if let Err(mpsc::error::SendError(job)) = self.tx.send(job).await {
             // The write thread is gone (only after a panic there).

@@ -2,6 +2,7 @@
 //! bumped with relaxed increments (a reader wants a recent figure, not an
 //! ordering with anything else), so that counting costs a command no lock.
 
+use crate::resp::commands::COMMANDS;
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -59,6 +60,106 @@ impl Counters {
         ] {
             c.store(0, Ordering::Relaxed);
         }
+    }
+}
+
+/// Commands read over RESP, by name, for the metrics endpoint: one counter
+/// per name in `resp::commands::COMMANDS`, in its order, and one more for
+/// every other name. Never reset (Prometheus counters only grow).
+#[derive(Debug)]
+pub struct CommandCounts {
+    counts: Box<[AtomicU64]>,
+}
+
+/// The label of the counter for names kivi does not answer.
+pub const OTHER_COMMAND: &str = "other";
+
+impl Default for CommandCounts {
+    fn default() -> Self {
+        CommandCounts {
+            counts: (0..=COMMANDS.len()).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+}
+
+impl CommandCounts {
+    /// Adds a connection's tally, and empties it.
+    pub fn fold(&self, tally: &mut CommandTally) {
+        for (i, n) in tally.counts.drain(..) {
+            self.counts[usize::from(i)].fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    /// Every name and its count (names never sent included, at 0).
+    pub fn read(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        COMMANDS
+            .iter()
+            .map(|(name, _)| *name)
+            .chain([OTHER_COMMAND])
+            .zip(self.counts.iter().map(|c| c.load(Ordering::Relaxed)))
+    }
+}
+
+/// One connection's commands by name since its last fold into
+/// `CommandCounts` (once per read, as `commands_processed` is): pipelined
+/// commands touch no shared counter each. A pipeline mostly repeats one
+/// name, which is compared first.
+#[derive(Debug, Default)]
+pub struct CommandTally {
+    /// (index in `CommandCounts`, count), the latest name last.
+    counts: Vec<(u16, u64)>,
+}
+
+impl CommandTally {
+    pub fn note(&mut self, name: &[u8]) {
+        if let Some((i, n)) = self.counts.last_mut() {
+            let same = COMMANDS
+                .get(usize::from(*i))
+                .is_some_and(|(c, _)| name.eq_ignore_ascii_case(c.as_bytes()));
+            if same {
+                *n += 1;
+                return;
+            }
+        }
+        let i = COMMANDS
+            .iter()
+            .position(|(c, _)| name.eq_ignore_ascii_case(c.as_bytes()))
+            .unwrap_or(COMMANDS.len()) as u16;
+        match self.counts.iter().position(|&(j, _)| j == i) {
+            Some(at) => {
+                let mut e = self.counts.remove(at);
+                e.1 += 1;
+                self.counts.push(e);
+            }
+            None => self.counts.push((i, 1)),
+        }
+    }
+}
+
+/// kvlds requests by type, in the order of `KVLDS_REQUESTS`; a connection
+/// tallies its own (`[u64; KVLDS_REQUESTS.len()]`) and adds them here once
+/// per read, as RESP's are.
+#[derive(Debug, Default)]
+pub struct KvldsCounts {
+    counts: [AtomicU64; KVLDS_REQUESTS.len()],
+}
+
+/// The kvlds request types, as the metrics name them.
+pub const KVLDS_REQUESTS: [&str; 9] = [
+    "PARAMS", "GET", "RANGE", "SET", "CAS", "ADD", "MODIFY", "DELETE", "CAD",
+];
+
+impl KvldsCounts {
+    pub fn fold(&self, tally: &mut [u64; KVLDS_REQUESTS.len()]) {
+        for (c, n) in self.counts.iter().zip(tally.iter_mut()) {
+            Counters::add(c, std::mem::take(n));
+        }
+    }
+
+    pub fn read(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        KVLDS_REQUESTS
+            .into_iter()
+            .zip(self.counts.iter().map(|c| c.load(Ordering::Relaxed)))
     }
 }
 
@@ -157,6 +258,23 @@ mod tests {
         // A counter reset between samples is not a negative rate.
         s.sample(t0 + OPS_SAMPLE_EVERY * 33, 0);
         assert_eq!(s.per_second(), 0);
+    }
+
+    #[test]
+    fn commands_are_tallied_by_name_and_folded() {
+        let counts = CommandCounts::default();
+        let mut t = CommandTally::default();
+        for name in ["GET", "get", "SET", "GET", "NOSUCH", "set"] {
+            t.note(name.as_bytes());
+        }
+        counts.fold(&mut t);
+        t.note(b"GET");
+        counts.fold(&mut t);
+        let read: std::collections::HashMap<_, _> = counts.read().collect();
+        assert_eq!(read["GET"], 4);
+        assert_eq!(read["SET"], 2);
+        assert_eq!(read[OTHER_COMMAND], 1);
+        assert_eq!(read["DEL"], 0);
     }
 
     #[test]

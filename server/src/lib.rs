@@ -18,13 +18,14 @@ pub mod cursors;
 pub mod info;
 pub mod kvlds;
 pub mod listen;
+pub mod metrics;
 pub mod resp;
 pub mod settings;
 pub mod tls;
 
 use auth::Users;
 use committer::Committer;
-use counters::{Counters, OpsSampler};
+use counters::{CommandCounts, Counters, KvldsCounts, OpsSampler};
 use cursors::Cursors;
 use kivi::{Db, Durability};
 use listen::{Addr, Listener};
@@ -65,6 +66,11 @@ pub struct Config {
     /// A RESP connection that sends nothing this long is closed (Redis's
     /// `timeout`; `None`: never).
     pub idle_timeout: Option<Duration>,
+    /// The Prometheus endpoint's listener (`metrics`), if any.
+    pub metrics: Option<Addr>,
+    /// Let the metrics listener, which has no authentication, listen on an
+    /// address other machines reach.
+    pub metrics_remote: bool,
     /// A RESP connection whose replies wait this long for the client to
     /// read them is closed.
     pub output_timeout: Duration,
@@ -86,6 +92,8 @@ impl Default for Config {
             kvlds_remote: false,
             idle_timeout: None,
             output_timeout: DEFAULT_OUTPUT_TIMEOUT,
+            metrics: None,
+            metrics_remote: false,
         }
     }
 }
@@ -120,6 +128,9 @@ pub struct Shared {
     /// The kvlds listener's bound address, for CONFIG GET.
     pub kvlds_addr: Option<String>,
     pub kvlds_remote: bool,
+    /// The metrics endpoint's bound address, for CONFIG GET.
+    pub metrics_addr: Option<String>,
+    pub metrics_remote: bool,
     /// The TLS listener's TCP port (0 if none), and its certificates, for
     /// CONFIG GET.
     pub tls_port: u16,
@@ -131,6 +142,10 @@ pub struct Shared {
     pub live: LiveSettings,
     /// INFO's Stats counters.
     pub counters: Counters,
+    /// RESP commands by name, and kvlds requests by type, for the metrics
+    /// endpoint.
+    pub commands: CommandCounts,
+    pub kvlds_requests: KvldsCounts,
     /// The recent command rates (`instantaneous_ops_per_sec`), filled by
     /// one sampling task; a command never takes this lock.
     pub ops: Mutex<OpsSampler>,
@@ -195,6 +210,14 @@ pub fn protected_mode(config: &Config) -> io::Result<()> {
             ));
         }
     }
+    if let Some(Addr::Tcp(a)) = &config.metrics {
+        if !config.metrics_remote && !auth::is_loopback(a) {
+            return refuse(format!(
+                "refusing to serve metrics on {a}: the endpoint has no authentication. \
+                 Listen on 127.0.0.1, or say --metrics-allow-remote to let other machines in"
+            ));
+        }
+    }
     Ok(())
 }
 
@@ -247,10 +270,19 @@ async fn serve(
             listeners.push((l, proto));
         }
     }
-    let bound: Vec<(&str, String)> = listeners
+    let metrics_listener = match &config.metrics {
+        Some(a) => Some(Listener::bind(a).await.map_err(|e| {
+            io::Error::new(e.kind(), format!("cannot listen for metrics on {a}: {e}"))
+        })?),
+        None => None,
+    };
+    let mut bound: Vec<(&str, String)> = listeners
         .iter()
         .map(|(l, p)| (p.name(), l.local_addr()))
         .collect();
+    if let Some(l) = &metrics_listener {
+        bound.push(("metrics", l.local_addr()));
+    }
     let port_of = |proto: Protocol| {
         bound
             .iter()
@@ -263,6 +295,10 @@ async fn serve(
     let resp_addr = bound
         .iter()
         .find(|(p, _)| *p == "resp")
+        .map(|(_, a)| a.clone());
+    let metrics_addr = bound
+        .iter()
+        .find(|(p, _)| *p == "metrics")
         .map(|(_, a)| a.clone());
     let kvlds_addr = bound
         .iter()
@@ -281,6 +317,8 @@ async fn serve(
         resp_addr,
         kvlds_addr,
         kvlds_remote: config.kvlds_remote,
+        metrics_addr,
+        metrics_remote: config.metrics_remote,
         tls_port,
         tls: config.tls.as_ref().map(|(_, t)| t.clone()),
         durability: config.durability,
@@ -292,6 +330,8 @@ async fn serve(
             config.max_connections,
         ),
         counters: Counters::default(),
+        commands: CommandCounts::default(),
+        kvlds_requests: KvldsCounts::default(),
         ops: Mutex::new(OpsSampler::default()),
     });
     // Before `ready`: a SIGTERM sent as soon as the listeners are
@@ -304,15 +344,19 @@ async fn serve(
             counters::sample_ops(&shared.counters, &shared.ops, stop).await;
         })
     };
+    let metrics = metrics_listener.map(|l| tokio::spawn(metrics::serve(l, shared.clone())));
     let mut accept_loops = JoinSet::new();
     for (l, proto) in listeners {
         accept_loops.spawn(accept_loop(l, proto, shared.clone()));
     }
     signals.wait(config.tls.as_ref().map(|(_, t)| &**t)).await;
-    eprintln!("kivi serve: stopping: no new connections; answering what was read");
+    tracing::info!("stopping: no new connections; answering what was read");
     let _ = stop_tx.send(true);
     while accept_loops.join_next().await.is_some() {}
     let _ = sampler.await;
+    if let Some(m) = metrics {
+        let _ = m.await;
+    }
     drop(shared);
     Ok(())
 }
@@ -349,11 +393,12 @@ impl Signals {
                 Some(_) = async { self.hup.as_mut()?.recv().await } => {
                     let Some(tls) = tls else { continue };
                     match tls.reload() {
-                        Ok(()) => eprintln!(
-                            "kivi serve: SIGHUP: reloaded the TLS certificates; new connections get them"
+                        Ok(()) => tracing::info!(
+                            "SIGHUP: reloaded the TLS certificates; new connections get them"
                         ),
-                        Err(e) => eprintln!(
-                            "kivi serve: SIGHUP: TLS certificates not reloaded, keeping the ones before: {e}"
+                        Err(e) => tracing::error!(
+                            error = %e,
+                            "SIGHUP: TLS certificates not reloaded, keeping the ones before"
                         ),
                     }
                 }
@@ -404,14 +449,19 @@ async fn accept_loop(l: Listener, proto: Protocol, shared: Arc<Shared>) {
             Err(e) => {
                 // Out of descriptors, or the peer gave up: keep accepting,
                 // after a pause so a persistent error does not spin.
-                eprintln!("kivi serve: accept failed: {e}");
+                tracing::error!(listener = %l.local_addr(), error = %e, "accept failed");
                 tokio::time::sleep(Duration::from_millis(10)).await;
                 continue;
             }
         };
         let Some(slot) = ConnectionSlot::take(&shared) else {
             Counters::add(&shared.counters.rejected_connections, 1);
-            eprintln!("kivi serve: refused a connection from {peer}: at the connection limit");
+            tracing::warn!(
+                %peer,
+                reason = "at the connection limit",
+                max_connections = shared.live.max_connections(),
+                "refused a connection"
+            );
             // (Not over TLS: that would take a handshake.)
             if proto == Protocol::Resp {
                 use tokio::io::AsyncWriteExt;
@@ -437,11 +487,12 @@ async fn accept_loop(l: Listener, proto: Protocol, shared: Arc<Shared>) {
                     match tokio::time::timeout(tls::HANDSHAKE_TIMEOUT, handshake).await {
                         Ok(Ok(s)) => resp::serve(Box::new(s), peer, shared.clone()).await,
                         Ok(Err(e)) => {
-                            eprintln!("kivi serve: TLS handshake with {peer} failed: {e}")
+                            tracing::warn!(%peer, error = %e, "refused a connection: TLS handshake failed")
                         }
-                        Err(_) => eprintln!(
-                            "kivi serve: TLS handshake with {peer} not done after {:?}; closed",
-                            tls::HANDSHAKE_TIMEOUT
+                        Err(_) => tracing::warn!(
+                            %peer,
+                            timeout = ?tls::HANDSHAKE_TIMEOUT,
+                            "refused a connection: TLS handshake not done in time"
                         ),
                     }
                 }
@@ -456,9 +507,10 @@ async fn accept_loop(l: Listener, proto: Protocol, shared: Arc<Shared>) {
     })
     .await;
     if drained.is_err() {
-        eprintln!(
-            "kivi serve: {} connections still busy after {STOP_GRACE:?}; closing anyway",
-            conns.len()
+        tracing::warn!(
+            busy = conns.len(),
+            grace = ?STOP_GRACE,
+            "connections still busy after the grace period; closing anyway"
         );
         conns.abort_all();
     }

@@ -24,6 +24,7 @@ use std::time::Duration;
 struct Server {
     resp: String,
     kvlds: String,
+    metrics: String,
     thread: JoinHandle<io::Result<()>>,
 }
 
@@ -36,6 +37,7 @@ impl Server {
         let config = Config {
             resp: Some(Addr::Tcp("127.0.0.1:0".into())),
             kvlds: Some(Addr::Tcp("127.0.0.1:0".into())),
+            metrics: Some(Addr::Tcp("127.0.0.1:0".into())),
             ..Config::default()
         };
         let (tx, rx) = mpsc::channel();
@@ -62,6 +64,7 @@ impl Server {
         Server {
             resp: addr("resp"),
             kvlds: addr("kvlds"),
+            metrics: addr("metrics"),
             thread,
         }
     }
@@ -126,6 +129,26 @@ impl Resp {
             c => panic!("unexpected reply type {:?}", c as char),
         }
     }
+}
+
+/// The metrics endpoint's answer to `GET /metrics`, as `name{labels}` to
+/// value.
+fn scrape(addr: &str) -> std::collections::HashMap<String, f64> {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: kivi\r\n\r\n")
+        .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200 OK"), "{head}");
+    assert!(body.ends_with("# EOF\n"), "{body}");
+    body.lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| {
+            let (name, v) = l.rsplit_once(' ').unwrap();
+            (name.to_string(), v.parse().unwrap())
+        })
+        .collect()
 }
 
 // ---- a minimal kvlds client ----
@@ -230,6 +253,26 @@ fn a_full_disk_refuses_writes_and_keeps_serving_reads() {
     for k in &answered {
         assert_eq!(c.get(k), Some(big.clone()));
     }
+    drop(c);
+    // The metrics saw it all: the requests by type, the refused writes, the
+    // failure the store logged.
+    let m = scrape(&server.metrics);
+    let at = |name: &str| m.get(name).copied().unwrap_or_else(|| panic!("no {name}"));
+    assert_eq!(
+        at(r#"kivi_kvlds_requests_total{request="SET"}"#),
+        answered.len() as f64 + 1.0
+    );
+    assert_eq!(
+        at(r#"kivi_kvlds_requests_total{request="GET"}"#),
+        answered.len() as f64
+    );
+    assert_eq!(
+        at(r#"kivi_commands_total{command="SET"}"#),
+        stored.len() as f64 + 1.0
+    );
+    assert!(at("kivi_failed_commits_total") >= 2.0);
+    assert_eq!(at("kivi_background_error"), 1.0);
+    assert!(at(r#"kivi_fsync_seconds_count{log="commit"}"#) >= stored.len() as f64);
     // Stopping still answers and returns; closing the store may fail for
     // want of space, which is reported (the log holds everything).
     if let Err(e) = server.stop() {

@@ -21,6 +21,7 @@
 pub use kivi_kvlds_wire::{packet, request};
 
 use crate::committer::Done;
+use crate::counters::KVLDS_REQUESTS;
 use crate::listen::Stream;
 use crate::Shared;
 use kivi::{WriteBatch, WriteOutcome};
@@ -85,6 +86,8 @@ struct Conn {
     scratch: Vec<u8>,
     /// Why the connection must close once what came before is answered.
     close: Option<String>,
+    /// Requests by type since the last read (`KVLDS_REQUESTS`' order).
+    tally: [u64; KVLDS_REQUESTS.len()],
 }
 
 /// Serves one connection until the peer closes it, it breaks the protocol,
@@ -103,6 +106,7 @@ pub async fn serve(stream: Box<dyn Stream>, peer: String, shared: Arc<Shared>) {
         writes: Vec::new(),
         scratch: Vec::new(),
         close: None,
+        tally: [0; KVLDS_REQUESTS.len()],
     };
     let mut buf: Vec<u8> = Vec::with_capacity(IDLE_BUFFER);
     let mut read_size = IDLE_BUFFER;
@@ -134,6 +138,7 @@ pub async fn serve(stream: Box<dyn Stream>, peer: String, shared: Arc<Shared>) {
         }
         c.answer_gets(&mut gets);
         buf.drain(..used);
+        c.shared.kvlds_requests.fold(&mut c.tally);
         // The writes this read brought in, queued at once.
         c.queue().await;
         while let Ok(done) = completions.try_recv() {
@@ -196,7 +201,7 @@ pub async fn serve(stream: Box<dyn Stream>, peer: String, shared: Arc<Shared>) {
         }
     }
     if let Some(reason) = &c.close {
-        eprintln!("kivi serve: kvlds connection from {peer} closed: {reason}");
+        tracing::info!(%peer, %reason, "closed a kvlds connection");
     }
     let _ = wr.shutdown().await;
 }
@@ -216,6 +221,18 @@ impl Conn {
         gets: &mut Vec<(u64, &'r [u8])>,
     ) -> Result<(), String> {
         let req = request::parse(record).map_err(|e| format!("malformed request: {e}"))?;
+        // The index in `KVLDS_REQUESTS`.
+        self.tally[match req {
+            Request::Params => 0,
+            Request::Get { .. } => 1,
+            Request::Range { .. } => 2,
+            Request::Set { .. } => 3,
+            Request::Cas { .. } => 4,
+            Request::Add { .. } => 5,
+            Request::Modify { .. } => 6,
+            Request::Delete { .. } => 7,
+            Request::Cad { .. } => 8,
+        }] += 1;
         let mut b = WriteBatch::new();
         let built = match req {
             Request::Params => {

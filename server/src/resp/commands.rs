@@ -34,6 +34,8 @@ pub struct Session {
     pub watched: Vec<Watched>,
     /// Who the connection is (`None`: not authenticated yet).
     pub identity: Option<crate::auth::Identity>,
+    /// The client's address, for the log.
+    pub peer: String,
 }
 
 /// How many arguments, the command's name included, a command takes.
@@ -886,10 +888,12 @@ async fn authenticate(
             Ok(())
         }
         None => {
-            eprintln!(
-                "kivi serve: AUTH failed for user {:?} (client {})",
-                String::from_utf8_lossy(user),
-                s.id
+            // The user name and where from; never the password.
+            tracing::warn!(
+                user = %String::from_utf8_lossy(user),
+                peer = %s.peer,
+                client = s.id,
+                "AUTH failed: wrong user name or password"
             );
             Err(wrongpass())
         }

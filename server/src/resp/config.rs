@@ -22,6 +22,8 @@ pub struct Settings<'a> {
     pub resp_addr: Option<&'a str>,
     pub kvlds_addr: Option<&'a str>,
     pub kvlds_remote: bool,
+    pub metrics_addr: Option<&'a str>,
+    pub metrics_remote: bool,
     /// The idle timeout, in seconds (0: none).
     pub timeout_secs: u64,
     pub output_timeout_secs: u64,
@@ -42,6 +44,8 @@ impl<'a> Settings<'a> {
             resp_addr: shared.resp_addr.as_deref(),
             kvlds_addr: shared.kvlds_addr.as_deref(),
             kvlds_remote: shared.kvlds_remote,
+            metrics_addr: shared.metrics_addr.as_deref(),
+            metrics_remote: shared.metrics_remote,
             timeout_secs: shared.live.idle_timeout().map_or(0, |t| t.as_secs()),
             output_timeout_secs: shared.live.output_timeout().as_secs(),
             requirepass: shared.users.default_has_password(),
@@ -88,6 +92,8 @@ pub fn params(s: &Settings) -> Vec<(&'static str, String)> {
         ("no-resp", yes_no(s.resp_addr.is_none())),
         ("kvlds", s.kvlds_addr.unwrap_or_default().to_string()),
         ("kvlds-allow-remote", yes_no(s.kvlds_remote)),
+        ("metrics", s.metrics_addr.unwrap_or_default().to_string()),
+        ("metrics-allow-remote", yes_no(s.metrics_remote)),
         ("max-connections", s.max_connections.to_string()),
         // The password itself is not kept, only its hash: CONFIG GET
         // tells whether there is one.
@@ -283,6 +289,8 @@ mod tests {
             resp_addr: Some("127.0.0.1:6380"),
             kvlds_addr: None,
             kvlds_remote: false,
+            metrics_addr: None,
+            metrics_remote: false,
             timeout_secs: 0,
             output_timeout_secs: 60,
             requirepass: false,
@@ -354,6 +362,7 @@ mod tests {
             max_connections: 77,
             kvlds_addr: Some("127.0.0.1:1234"),
             kvlds_remote: true,
+            metrics_addr: Some("127.0.0.1:9121"),
             timeout_secs: 9,
             output_timeout_secs: 31,
             requirepass: true,
@@ -367,6 +376,8 @@ mod tests {
         assert_eq!(value(&p, "no-resp"), "no");
         assert_eq!(value(&p, "kvlds"), "127.0.0.1:1234");
         assert_eq!(value(&p, "kvlds-allow-remote"), "yes");
+        assert_eq!(value(&p, "metrics"), "127.0.0.1:9121");
+        assert_eq!(value(&p, "metrics-allow-remote"), "no");
         assert_eq!(value(&p, "max-connections"), "77");
         assert_eq!(value(&p, "maxclients"), "77");
         assert_eq!(value(&p, "timeout"), "9");

@@ -16,7 +16,7 @@ pub mod scripts;
 pub mod transaction;
 
 use crate::committer::Done;
-use crate::counters::Counters;
+use crate::counters::{CommandTally, Counters};
 use crate::listen::Stream;
 use crate::Shared;
 use commands::{Answer, Session};
@@ -104,8 +104,9 @@ async fn send(shared: &Shared, stream: &mut Box<dyn Stream>, out: &[u8]) -> bool
     match tokio::time::timeout(limit, written).await {
         Ok(r) => r.is_ok(),
         Err(_) => {
-            eprintln!(
-                "kivi serve: closed a RESP connection that read none of its replies for {limit:?}"
+            tracing::info!(
+                timeout = ?limit,
+                "closed a RESP connection that read none of its replies"
             );
             false
         }
@@ -211,6 +212,7 @@ pub async fn serve(mut stream: Box<dyn Stream>, peer: String, shared: Arc<Shared
     let mut session = Session {
         id: shared.next_client_id(),
         identity: shared.users.initial(),
+        peer: peer.clone(),
         ..Session::default()
     };
     let mut stop = shared.stop.clone();
@@ -227,6 +229,10 @@ pub async fn serve(mut stream: Box<dyn Stream>, peer: String, shared: Arc<Shared
     // once per read rather than once per command, so pipelined commands
     // do not all touch the one shared counter.
     let mut uncounted: u64 = 0;
+    // The same, by name, for the metrics endpoint.
+    let mut tally = CommandTally::default();
+    // Refused commands (NOAUTH, NOPERM) are logged once per connection.
+    let mut refusal_logged = false;
     // Whether the last read filled the buffer (more was likely waiting).
     let mut filled = false;
     loop {
@@ -252,7 +258,21 @@ pub async fn serve(mut stream: Box<dyn Stream>, peer: String, shared: Arc<Shared
                 continue;
             }
             uncounted += 1;
+            tally.note(&args[0]);
             if let Some(refusal) = crate::auth::refusal(session.identity.as_ref(), args) {
+                if !refusal_logged {
+                    refusal_logged = true;
+                    tracing::warn!(
+                        %peer,
+                        command = %String::from_utf8_lossy(&args[0]),
+                        reason = if session.identity.is_none() {
+                            "not authenticated (NOAUTH)"
+                        } else {
+                            "not permitted for the user's role (NOPERM)"
+                        },
+                        "refused a command; later refusals on this connection are not logged"
+                    );
+                }
                 // Answered in its place, after everything before it.
                 if !answer_gets(&shared, &mut stream, &mut gets, &mut out, session.resp3).await {
                     return;
@@ -356,6 +376,7 @@ pub async fn serve(mut stream: Box<dyn Stream>, peer: String, shared: Arc<Shared
         buf.drain(..used);
         Counters::add(&shared.counters.commands_processed, uncounted);
         uncounted = 0;
+        shared.commands.fold(&mut tally);
         if !answer_gets(&shared, &mut stream, &mut gets, &mut out, session.resp3).await {
             return;
         }
@@ -364,7 +385,7 @@ pub async fn serve(mut stream: Box<dyn Stream>, peer: String, shared: Arc<Shared
         settle(&mut slots, &mut out, session.resp3).await;
         if let Some(e) = &fatal {
             Reply::err(e.to_string()).write(&mut out, session.resp3);
-            eprintln!("kivi serve: RESP connection from {peer} closed: {e}");
+            tracing::info!(%peer, reason = %e, "closed a RESP connection");
         }
         if !out.is_empty() {
             if !send(&shared, &mut stream, &out).await {
@@ -412,8 +433,8 @@ pub async fn serve(mut stream: Box<dyn Stream>, peer: String, shared: Arc<Shared
                 // client has sent nothing, or not the rest of a command,
                 // for that long.
                 _ = idle(waiting_since, timeout) => {
-                    eprintln!("kivi serve: closed RESP connection from {peer}: idle for {:?}",
-                        timeout.unwrap_or_default());
+                    tracing::info!(%peer, idle = ?timeout.unwrap_or_default(),
+                        "closed an idle RESP connection");
                     let _ = stream.shutdown().await;
                     return;
                 }
