@@ -1,16 +1,68 @@
 //! The small commands: put, get, del, scan and check.
 
+use crate::codec::Codec;
 use crate::error::{stdout_error, CliError, Result};
 use crate::Store;
-use kivi::limits::MAX_KEY_LEN;
-use std::ffi::OsStr;
-use std::io::{self, BufWriter, Write};
+use kivi::limits::{MAX_KEY_LEN, MAX_VALUE_LEN};
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::io::{self, BufWriter, Read, Write};
 use std::ops::Bound;
+use std::path::{Path, PathBuf};
 
-/// A key argument, refused here when too long so that `get` says why rather
+/// A key or value: an argument (decoded as --hex says) or a file's bytes.
+pub enum Given<'a> {
+    Arg(&'a OsStr),
+    File(&'a Path),
+}
+
+impl<'a> Given<'a> {
+    /// The argument, else the file (clap requires one of them).
+    pub fn of(arg: &'a Option<OsString>, file: &'a Option<PathBuf>) -> Given<'a> {
+        match (arg, file) {
+            (Some(a), _) => Given::Arg(a),
+            (None, Some(f)) => Given::File(f),
+            (None, None) => unreachable!("clap requires KEY or --key-file"),
+        }
+    }
+
+    /// Its bytes; `what` names it in errors, `max` bounds a file's read.
+    fn bytes(&self, store: &Store, what: &str, max: usize) -> Result<Vec<u8>> {
+        match self {
+            Given::Arg(a) => store.codec.decode_arg(what, a),
+            Given::File(path) => read_bounded(path, what, max),
+        }
+    }
+}
+
+/// All of `path` (`-`: standard input), refusing it past `max` bytes
+/// without reading much more than that.
+fn read_bounded(path: &Path, what: &str, max: usize) -> Result<Vec<u8>> {
+    let (name, reader): (String, Box<dyn Read>) = if path == Path::new("-") {
+        ("standard input".into(), Box::new(io::stdin().lock()))
+    } else {
+        let f = File::open(path)
+            .map_err(|e| CliError::io(format!("{what} file {}", path.display()), e))?;
+        (path.display().to_string(), Box::new(f))
+    };
+    let mut bytes = Vec::new();
+    reader
+        .take(max as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| CliError::io(format!("read {what} from {name}"), e))?;
+    if bytes.len() > max {
+        return Err(CliError::Input(format!(
+            "{what} from {name} is over {max} bytes, the most a {} may be",
+            what.to_lowercase()
+        )));
+    }
+    Ok(bytes)
+}
+
+/// A key, refused here when too long so that `get` says why rather
 /// than "not found" (the engine only checks the length on writes).
-fn key_arg(store: &Store, arg: &OsStr) -> Result<Vec<u8>> {
-    let key = store.codec.decode_arg("KEY", arg)?;
+fn key_of(store: &Store, given: &Given) -> Result<Vec<u8>> {
+    let key = given.bytes(store, "KEY", MAX_KEY_LEN)?;
     if key.len() > MAX_KEY_LEN {
         return Err(kivi::Error::KeyTooLarge {
             len: key.len(),
@@ -21,24 +73,58 @@ fn key_arg(store: &Store, arg: &OsStr) -> Result<Vec<u8>> {
     Ok(key)
 }
 
-pub fn put(store: &Store, key: &OsStr, value: &OsStr) -> Result<()> {
-    let key = key_arg(store, key)?;
-    let value = store.codec.decode_arg("VALUE", value)?;
+/// `put`: KEY and VALUE from `args`, less the ones given as files.
+pub fn put(
+    store: &Store,
+    args: &[OsString],
+    key_file: Option<&Path>,
+    value_file: Option<&Path>,
+) -> Result<()> {
+    if key_file == Some(Path::new("-")) && value_file == Some(Path::new("-")) {
+        return Err(CliError::Input(
+            "--key-file - and --value-file - cannot both read standard input".into(),
+        ));
+    }
+    let wanted = usize::from(key_file.is_none()) + usize::from(value_file.is_none());
+    if args.len() != wanted {
+        return Err(CliError::Input(format!(
+            "put takes {} here (KEY and VALUE, less those given by --key-file and \
+             --value-file), got {}",
+            match (key_file.is_none(), value_file.is_none()) {
+                (true, true) => "KEY and VALUE",
+                (true, false) => "KEY only",
+                (false, true) => "VALUE only",
+                (false, false) => "no argument",
+            },
+            args.len()
+        )));
+    }
+    let mut args = args.iter();
+    let key = match key_file {
+        Some(f) => Given::File(f),
+        None => Given::Arg(args.next().expect("counted")),
+    };
+    let value = match value_file {
+        Some(f) => Given::File(f),
+        None => Given::Arg(args.next().expect("counted")),
+    };
+    let key = key_of(store, &key)?;
+    let value = value.bytes(store, "VALUE", MAX_VALUE_LEN)?;
     let db = store.open_writable()?;
     db.put(&key, &value)?;
     // Closing reports a failed final checkpoint instead of dropping it silently.
     Ok(db.close()?)
 }
 
-pub fn del(store: &Store, key: &OsStr) -> Result<()> {
-    let key = key_arg(store, key)?;
+pub fn del(store: &Store, key: &Given) -> Result<()> {
+    let key = key_of(store, key)?;
     let db = store.open_existing()?;
     db.delete(&key)?;
     Ok(db.close()?)
 }
 
-pub fn get(store: &Store, key: &OsStr) -> Result<()> {
-    let key = key_arg(store, key)?;
+pub fn get(store: &Store, key: &Given) -> Result<()> {
+    let key = key_of(store, key)?;
     let db = store.open_read_only()?;
     let Some(value) = db.get(&key)? else {
         return Err(CliError::NotFound(store.codec.show(&key)));
@@ -53,6 +139,7 @@ pub fn scan(
     from: Option<&OsStr>,
     to: Option<&OsStr>,
     limit: Option<u64>,
+    raw: bool,
 ) -> Result<()> {
     let bound = |arg: Option<&OsStr>, what: &str| -> Result<Option<Vec<u8>>> {
         arg.map(|a| store.codec.decode_arg(what, a)).transpose()
@@ -62,17 +149,18 @@ pub fn scan(
     let db = store.open_read_only()?;
     let mut out = BufWriter::new(io::stdout().lock());
     let limit = usize::try_from(limit.unwrap_or(u64::MAX)).unwrap_or(usize::MAX);
+    let codec = store.codec.for_lines(raw);
     for pair in db.range((start, end)).take(limit) {
         let (key, value) = pair?;
-        write_pair(store, &mut out, &key, &value).map_err(stdout_error)?;
+        write_pair(codec, &mut out, &key, &value).map_err(stdout_error)?;
     }
     out.flush().map_err(stdout_error)
 }
 
-fn write_pair(store: &Store, out: &mut impl Write, key: &[u8], value: &[u8]) -> io::Result<()> {
-    store.codec.write(out, key)?;
+fn write_pair(codec: Codec, out: &mut impl Write, key: &[u8], value: &[u8]) -> io::Result<()> {
+    codec.write(out, key)?;
     out.write_all(b"\t")?;
-    store.codec.write(out, value)?;
+    codec.write(out, value)?;
     out.write_all(b"\n")
 }
 

@@ -70,7 +70,7 @@ fn parse_line(codec: Codec, line: &[u8]) -> Result<(Vec<u8>, Vec<u8>), String> {
     // A hex file edited on Windows ends lines with "\r\n"; "\r" is never hex.
     let line = match codec {
         Codec::Hex => line.strip_suffix(b"\r").unwrap_or(line),
-        Codec::Text => line,
+        Codec::Text | Codec::Escaped => line,
     };
     let Some(tab) = line.iter().position(|&b| b == b'\t') else {
         return Err("no TAB between key and value".into());
@@ -117,7 +117,7 @@ impl Loader {
     }
 }
 
-pub fn run(store: &Store, file: Option<&Path>) -> Result<()> {
+pub fn run(store: &Store, file: Option<&Path>, raw: bool) -> Result<()> {
     let mut input = Input::open(file)?;
     let mut loader = Loader {
         db: store.open_writable()?,
@@ -126,7 +126,7 @@ pub fn run(store: &Store, file: Option<&Path>) -> Result<()> {
         stored: 0,
         commits: 0,
     };
-    let result = load_lines(store.codec, &mut input, &mut loader);
+    let result = load_lines(store.codec.for_lines(raw), &mut input, &mut loader);
     input.progress.finish_and_clear();
     result?;
     let Loader {

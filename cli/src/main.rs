@@ -102,17 +102,45 @@ pub struct Global {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Store VALUE under KEY (durable when the command returns)
+    #[command(
+        after_help = "Examples:\n  kivi put greeting hello\n  kivi put photo --value-file photo.jpg\n  \
+        pg_dump db | kivi put backup --value-file -\n  kivi put --key-file key.bin --value-file value.bin"
+    )]
     Put {
-        /// Key (at most 4096 bytes); put `--` before a key starting with '-'
-        key: OsString,
-        /// Value (at most 16 MiB)
-        value: OsString,
+        /// KEY (at most 4096 bytes) then VALUE (at most 16 MiB), less the ones read from
+        /// files; put `--` before one starting with '-'
+        #[arg(value_name = "KEY VALUE", num_args = 0..=2)]
+        args: Vec<OsString>,
+        /// Read the key from FILE, all its bytes as they are (`-`: standard input)
+        #[arg(long, value_name = "FILE")]
+        key_file: Option<PathBuf>,
+        /// Read the value from FILE, all its bytes as they are (`-`: standard input)
+        #[arg(long, value_name = "FILE")]
+        value_file: Option<PathBuf>,
     },
     /// Print the value stored under KEY, followed by a newline; exit 1 if absent
-    Get { key: OsString },
+    Get {
+        #[arg(required_unless_present = "key_file")]
+        key: Option<OsString>,
+        /// Read the key from FILE, all its bytes as they are (`-`: standard input)
+        #[arg(long, value_name = "FILE", conflicts_with = "key")]
+        key_file: Option<PathBuf>,
+    },
     /// Remove KEY (nothing happens if it is absent)
-    Del { key: OsString },
+    Del {
+        #[arg(required_unless_present = "key_file")]
+        key: Option<OsString>,
+        /// Read the key from FILE, all its bytes as they are (`-`: standard input)
+        #[arg(long, value_name = "FILE", conflicts_with = "key")]
+        key_file: Option<PathBuf>,
+    },
     /// Print pairs in key order, one `key<TAB>value` line each
+    #[command(
+        long_about = "Print pairs in key order, one `key<TAB>value` line each. A backslash, \
+        TAB, newline or carriage return inside a key or value is written \\\\, \\t, \\n or \\r, \
+        any other control byte \\xNN, so that each line is one pair and `kivi load` reads \
+        the output back into the same pairs; --raw prints the bytes as they are."
+    )]
     Scan {
         /// First key to print (inclusive)
         #[arg(long, value_name = "KEY")]
@@ -123,17 +151,26 @@ enum Command {
         /// Print at most N pairs
         #[arg(long, value_name = "N")]
         limit: Option<u64>,
+        /// Print keys and values as they are, without escaping TAB, newline and backslash
+        /// (the output may then not split back into pairs)
+        #[arg(long)]
+        raw: bool,
     },
     /// Store `key<TAB>value` lines read from FILE (or standard input)
     #[command(
         long_about = "Store `key<TAB>value` lines read from FILE, or from standard input \
         when FILE is absent or `-`.\n\nThe key ends at the first TAB; the rest of the line \
-        (which may hold more TABs in text mode) is the value. Lines are committed durably \
+        (which may hold more TABs in text mode) is the value. A backslash starts an escape \
+        (\\\\, \\t, \\n, \\r, \\xNN), as `kivi scan` and `kivi table dump` write them, unless \
+        --raw: the bytes are then taken as they are. Lines are committed durably \
         1,000 at a time, so an error on a line leaves the lines before its batch stored."
     )]
     Load {
         /// File of `key<TAB>value` lines; standard input when absent or `-`
         file: Option<PathBuf>,
+        /// Take each line's bytes as they are: no backslash escapes
+        #[arg(long)]
+        raw: bool,
     },
     /// Verify every segment, record and reachable page (read-only)
     #[command(
@@ -310,13 +347,24 @@ fn run(cli: Cli) -> Result<()> {
     }
     let store = Store::new(g);
     match &cli.command {
-        Command::Put { key, value } => commands::put(&store, key, value),
-        Command::Get { key } => commands::get(&store, key),
-        Command::Del { key } => commands::del(&store, key),
-        Command::Scan { from, to, limit } => {
-            commands::scan(&store, from.as_deref(), to.as_deref(), *limit)
+        Command::Put {
+            args,
+            key_file,
+            value_file,
+        } => commands::put(&store, args, key_file.as_deref(), value_file.as_deref()),
+        Command::Get { key, key_file } => {
+            commands::get(&store, &commands::Given::of(key, key_file))
         }
-        Command::Load { file } => load::run(&store, file.as_deref()),
+        Command::Del { key, key_file } => {
+            commands::del(&store, &commands::Given::of(key, key_file))
+        }
+        Command::Scan {
+            from,
+            to,
+            limit,
+            raw,
+        } => commands::scan(&store, from.as_deref(), to.as_deref(), *limit, *raw),
+        Command::Load { file, raw } => load::run(&store, file.as_deref(), *raw),
         Command::Check => commands::check(&store),
         Command::Compact => commands::compact(&store),
         Command::Stats { json } => stats::run(&store, *json),

@@ -103,12 +103,16 @@ enum TableCommand {
     #[command(
         long_about = "Write the table BASE.spl + BASE.spi (+ BASE.kvsum checksums) from \
         `key<TAB>value` lines of FILE, or standard input when FILE is absent or `-`. The key \
-        ends at the first TAB. Later lines replace earlier ones with the same key. The files \
+        ends at the first TAB. A backslash starts an escape (\\\\, \\t, \\n, \\r, \\xNN, as \
+        `kivi scan` and `table dump` write them) unless --raw. Later lines replace earlier ones with the same key. The files \
         appear only when complete (written under temporary names, fsync'd, renamed)."
     )]
     Create {
         base: PathBuf,
         file: Option<PathBuf>,
+        /// Take each line's bytes as they are: no backslash escapes
+        #[arg(long)]
+        raw: bool,
         #[command(flatten)]
         opts: WriteOpts,
     },
@@ -152,9 +156,12 @@ fn table_err(e: tables::Error) -> CliError {
 
 pub fn run(store: &Store, args: &TableArgs) -> Result<()> {
     match &args.command {
-        TableCommand::Create { base, file, opts } => {
-            create(store.codec, base, file.as_deref(), opts)
-        }
+        TableCommand::Create {
+            base,
+            file,
+            raw,
+            opts,
+        } => create(store.codec.for_lines(*raw), base, file.as_deref(), opts),
         TableCommand::Export { base, opts } => export(store, base, opts),
         TableCommand::Get { base, key } => get(store.codec, base, key),
         TableCommand::Info { base } => info(base),
@@ -373,7 +380,7 @@ fn dump(codec: Codec, base: &Path) -> Result<()> {
     let mut it = t.iter();
     while let Some((k, v)) = it.next().map_err(table_err)? {
         let w = |out: &mut BufWriter<_>, b: &[u8]| match codec {
-            Codec::Text => escape(out, b),
+            Codec::Text | Codec::Escaped => escape(out, b),
             Codec::Hex => codec.write(out, b),
         };
         w(&mut out, k).map_err(stdout_error)?;

@@ -230,8 +230,8 @@ fn hex_round_trips_binary_keys_and_values() {
     f.ok(&["--hex", "put", &hk, &hv]);
     assert_eq!(f.ok(&["--hex", "get", &hk]), format!("{hv}\n"));
     assert_eq!(f.ok(&["--hex", "scan"]), format!("{hk}\t{hv}\n"));
-    // Without --hex the raw bytes come out unchanged.
-    let out = f.run(&["scan"]);
+    // With --raw (and without --hex) the bytes come out unchanged.
+    let out = f.run(&["scan", "--raw"]);
     assert_eq!(out.stdout, [&key[..], b"\t", value, b"\n"].concat());
 
     // A load file in hex, with upper-case digits and a CRLF line end.
@@ -426,6 +426,124 @@ fn only_commands_that_store_something_create_a_store() {
     // put, load (and serve) make one.
     run_in(&absent, &["put", "a", "1"], None);
     assert!(absent.exists());
+}
+
+#[test]
+fn keys_and_values_come_from_files_or_standard_input() {
+    let f = Fixture::new();
+    // Bigger than a command line can carry.
+    let big: Vec<u8> = (0..(1u32 << 20)).map(|i| (i * 7 % 251) as u8).collect();
+    let file = f.path("value.bin");
+    fs::write(&file, &big).unwrap();
+    f.ok(&["put", "big", "--value-file", file.to_str().unwrap()]);
+    let out = f.run(&["get", "big"]);
+    assert_success(&out, &["get", "big"]);
+    assert_eq!(&out.stdout[..big.len()], &big[..]);
+    let out = f.run_with_input(&["put", "piped", "--value-file", "-"], b"from\tstdin\n");
+    assert_success(&out, &["put"]);
+    assert_eq!(f.ok(&["get", "piped"]), "from\tstdin\n\n");
+    let key = f.path("key.bin");
+    fs::write(&key, b"a key\nwith a newline").unwrap();
+    f.ok(&["put", "--key-file", key.to_str().unwrap(), "v"]);
+    assert_eq!(f.ok(&["get", "--key-file", key.to_str().unwrap()]), "v\n");
+    f.ok(&["del", "--key-file", key.to_str().unwrap()]);
+    assert_eq!(
+        f.run(&["get", "--key-file", key.to_str().unwrap()])
+            .status
+            .code(),
+        Some(1)
+    );
+    // Too big, both from standard input, a missing file, a missing argument.
+    let huge = f.path("huge.bin");
+    fs::write(&huge, vec![0u8; (16 << 20) + 1]).unwrap();
+    for (args, says) in [
+        (
+            vec!["put", "k", "--value-file", huge.to_str().unwrap()],
+            "over 16777216 bytes",
+        ),
+        (
+            vec!["put", "--key-file", huge.to_str().unwrap(), "v"],
+            "over 4096 bytes",
+        ),
+        (
+            vec!["put", "--key-file", "-", "--value-file", "-"],
+            "cannot both read standard input",
+        ),
+        (
+            vec!["put", "k", "--value-file", "/nonexistent/v"],
+            "/nonexistent/v",
+        ),
+        (vec!["put", "k"], "put takes KEY and VALUE here"),
+        (
+            vec!["put", "k", "v", "--value-file", file.to_str().unwrap()],
+            "KEY only",
+        ),
+    ] {
+        let out = f.run(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(stderr(&out).contains(says), "{args:?}: {}", stderr(&out));
+    }
+    assert_eq!(
+        f.run(&["get", "k"]).status.code(),
+        Some(1),
+        "nothing stored under k"
+    );
+}
+
+#[test]
+fn scan_output_loads_back_into_the_same_pairs() {
+    let f = Fixture::new();
+    let pairs: &[(&[u8], &[u8])] = &[
+        (b"tab\tkey", b"new\nline"),
+        (b"back\\slash", b"cr\r and \x01 and \x7f"),
+        ("héllo wörld".as_bytes(), b"plain value"),
+        (b"x\\x41", b"\\n is not a newline"),
+    ];
+    for (k, v) in pairs {
+        let (kf, vf) = (f.path("k"), f.path("v"));
+        fs::write(&kf, k).unwrap();
+        fs::write(&vf, v).unwrap();
+        f.ok(&[
+            "put",
+            "--key-file",
+            kf.to_str().unwrap(),
+            "--value-file",
+            vf.to_str().unwrap(),
+        ]);
+    }
+    let out = f.ok(&["scan"]);
+    assert_eq!(out.lines().count(), pairs.len(), "{out}");
+    assert!(out.contains("héllo wörld\tplain value\n"), "{out}");
+    assert!(out.contains("tab\\tkey\tnew\\nline\n"), "{out}");
+    let copy = f.path("copy");
+    let out2 = run_in(&copy, &["load"], Some(out.as_bytes()));
+    assert_success(&out2, &["load"]);
+    assert_eq!(run_in(&copy, &["scan"], None).stdout, out.as_bytes());
+    for (k, v) in pairs {
+        let kf = f.path("k");
+        fs::write(&kf, k).unwrap();
+        let got = run_in(&copy, &["get", "--key-file", kf.to_str().unwrap()], None);
+        assert_eq!(&got.stdout[..got.stdout.len() - 1], *v);
+    }
+    // --raw: the bytes as they are, and load --raw takes a backslash as itself.
+    let raw = f
+        .run(&["scan", "--raw", "--from", "back", "--to", "bb"])
+        .stdout;
+    assert_eq!(raw, b"back\\slash\tcr\r and \x01 and \x7f\n");
+    let raw_copy = f.path("raw");
+    assert_success(
+        &run_in(&raw_copy, &["load", "--raw"], Some(b"a\\tb\tc\\n\n")),
+        &["load"],
+    );
+    assert_eq!(run_in(&raw_copy, &["get", "a\\tb"], None).stdout, b"c\\n\n");
+    // A bad escape names its line.
+    let out = run_in(&f.path("bad"), &["load"], Some(b"k\tv\\q\n"));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("line 1") && stderr(&out).contains("bad escape"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 /// Names, sizes and modification times of a directory's files.

@@ -274,3 +274,27 @@ fn rewrite_keeps_the_sources_compression_unless_told() {
         );
     }
 }
+
+#[test]
+fn dump_output_creates_the_same_table() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["binary", "plain"] {
+        let dumped = ok(&["table", "dump", s(&fixture(name))]);
+        let base = dir.path().join(name);
+        let out = run(&["table", "create", s(&base)], Some(dumped.as_bytes()));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(ok(&["table", "dump", s(&base)]), dumped, "{name}");
+    }
+    // --raw takes a backslash as itself.
+    let base = dir.path().join("raw");
+    let out = run(
+        &["table", "create", s(&base), "--raw"],
+        Some(b"a\\x41\tv\n"),
+    );
+    assert!(out.status.success());
+    assert_eq!(ok(&["table", "get", s(&base), "a\\x41"]), "v\n");
+}
