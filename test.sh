@@ -4,9 +4,10 @@
 # clients, and a small run of the benchmark suite against every store. Works
 # on a fresh Debian machine with Rust installed (https://rustup.rs);
 # bench/setup.sh installs the system libraries the other stores need (RocksDB,
-# LevelDB), strace, and redis-tools; pip installs redis-py, pytest, cachelib
-# (a cache library that stores through Redis, tested against kivi) and
-# prometheus_client (whose parser reads `kivi serve --metrics`).
+# LevelDB), strace, redis-tools and python3-venv; pip installs redis-py,
+# pytest, cachelib (a cache library that stores through Redis, tested against
+# kivi) and prometheus_client (whose parser reads `kivi serve --metrics`) into
+# a virtual environment under target/.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -25,11 +26,15 @@ cargo test --workspace --locked --features kivi-cli/peers,kivi-bench/peers
 # `kivi bench` there says how to get it.
 cargo clippy -p kivi-cli --all-targets --locked -- -D warnings
 cargo test -p kivi-cli --locked --test cli -- bench_without_the_suite help_lists
-# The server with redis-py, redis-cli and redis-benchmark.
-python3 -c 'import redis, pytest, cachelib, prometheus_client' 2>/dev/null ||
-    python3 -m pip install --quiet 'redis>=5' pytest cachelib prometheus_client
+# The server with redis-py, redis-cli and redis-benchmark. Their Python
+# packages go into a virtual environment of the repository's own: stock
+# Debian's Python refuses `pip install` into the system (PEP 668).
+venv=target/test-venv
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+"$venv/bin/python" -c 'import redis, pytest, cachelib, prometheus_client' 2>/dev/null ||
+    "$venv/bin/python" -m pip install --quiet 'redis>=5' pytest cachelib prometheus_client
 cargo build --release --locked --quiet -p kivi-cli --features peers
-KIVI_BIN=target/release/kivi python3 -m pytest -q tests/server
+KIVI_BIN=target/release/kivi "$venv/bin/python" -m pytest -q tests/server
 # The benchmark suite works, on every store (a tiny run; real numbers come
 # from docs/benchmarks.md).
 cargo run --release --locked --quiet -p kivi-cli --features peers -- \

@@ -7,11 +7,13 @@
 #   redis-tools     redis-cli and redis-benchmark, real clients of `kivi serve`
 #                   (tests/server/, and the server benchmarks)
 #   redis-server    the Redis the server benchmarks compare with
+#   python3-venv    a virtual environment for the server tests' Python
+#                   packages (Debian's Python refuses pip installs of its own)
 # Only missing packages are installed. Uses sudo when not run as root.
 # Exits non-zero, saying why, when it cannot install them.
 set -eu
 
-packages="librocksdb-dev libleveldb-dev strace redis-tools redis-server"
+packages="librocksdb-dev libleveldb-dev strace redis-tools redis-server python3-venv"
 
 fail() {
     echo "bench/setup.sh: $*" >&2
