@@ -125,8 +125,7 @@ pub fn del(store: &Store, key: &Given) -> Result<()> {
 
 pub fn get(store: &Store, key: &Given) -> Result<()> {
     let key = key_of(store, key)?;
-    let db = store.open_read_only()?;
-    let Some(value) = db.get(&key)? else {
+    let Some(value) = store.read_only_with(|db| Ok(db.get(&key)?))? else {
         return Err(CliError::NotFound(store.codec.show(&key)));
     };
     let mut out = io::stdout().lock();
@@ -146,7 +145,8 @@ pub fn scan(
     };
     let start = bound(from, "--from")?.map_or(Bound::Unbounded, Bound::Included);
     let end = bound(to, "--to")?.map_or(Bound::Unbounded, Bound::Excluded);
-    let db = store.open_read_only()?;
+    // Retried only while opening: once pairs are printed, a failure is one.
+    let db = store.read_only_with(|db| Ok(db.clone()))?;
     let mut out = BufWriter::new(io::stdout().lock());
     let limit = usize::try_from(limit.unwrap_or(u64::MAX)).unwrap_or(usize::MAX);
     let codec = store.codec.for_lines(raw);
@@ -188,11 +188,29 @@ pub fn compact(store: &Store) -> Result<()> {
 /// Prints a one-line summary when healthy; otherwise one line per problem
 /// on standard output (the report), and fails. A store that cannot even be
 /// opened is reported the same way, its opening error being the problem.
+/// Beside a running writer (`kivi serve`), the check runs on the state the
+/// open found; a problem then may be the writer's progress (a segment the
+/// cleaner deleted while it was read), so the check is run again, up to
+/// `READ_BESIDE_WRITER_TRIES` times; problems are reported only when every
+/// run found some (the last run's).
 pub fn check(store: &Store) -> Result<()> {
-    let report = store.open_read_only().and_then(|db| {
-        let report = db.check()?;
-        Ok((report, db.stats()?.torn_tail))
-    });
+    let beside_writer = store.in_use_by_writer();
+    let run = || {
+        store.open_read_only().and_then(|db| {
+            let report = db.check()?;
+            Ok((report, db.stats()?.torn_tail))
+        })
+    };
+    let mut report = run();
+    let mut tries = 1;
+    while beside_writer
+        && tries < crate::READ_BESIDE_WRITER_TRIES
+        && !matches!(&report, Ok((r, _)) if r.is_healthy())
+    {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        report = run();
+        tries += 1;
+    }
     let mut out = io::stdout().lock();
     let problems = match report {
         Ok((report, torn_tail)) if report.is_healthy() => {

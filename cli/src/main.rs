@@ -62,6 +62,10 @@ use std::process::ExitCode;
 
 const DEFAULT_DIR: &str = "./kivi-data";
 
+/// Reads of a store that a writer has open, tried at most this many times
+/// when what they read changed under them (`Store::read_only_with`).
+pub const READ_BESIDE_WRITER_TRIES: u32 = 5;
+
 #[derive(Parser, Debug)]
 #[command(
     name = "kivi",
@@ -411,6 +415,29 @@ impl Store {
             ..Options::default()
         };
         Ok(Db::open(&self.dir, opts)?)
+    }
+
+    /// Whether a writer (`kivi serve`, another program) has the store open.
+    pub fn in_use_by_writer(&self) -> bool {
+        kivi::storage::LocalDir::writer_holds_lock(&self.dir)
+    }
+
+    /// `f` on a read-only open of the store. Beside a writer the store
+    /// changes while it is read, and a file the open or `f` needed may be
+    /// deleted (the cleaner) before it is read: then the open is tried
+    /// again, up to `READ_BESIDE_WRITER_TRIES` times in all.
+    pub fn read_only_with<T>(&self, f: impl Fn(&Db) -> Result<T>) -> Result<T> {
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let result = self.open_read_only().and_then(|db| f(&db));
+            match result {
+                Err(_) if tries < READ_BESIDE_WRITER_TRIES && self.in_use_by_writer() => {
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                }
+                other => return other,
+            }
+        }
     }
 
     /// For commands that change a store but make no sense on a new one

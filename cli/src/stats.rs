@@ -5,8 +5,7 @@ use crate::Store;
 use std::io::{self, Write};
 
 pub fn run(store: &Store, json: bool) -> Result<()> {
-    let db = store.open_read_only()?;
-    let stats = db.stats()?;
+    let stats = store.read_only_with(|db| Ok(db.stats()?))?;
     let mut out = io::stdout().lock();
     let text = if json {
         // Every field of `kivi::Stats` under its own name, plus the total of

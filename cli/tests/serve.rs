@@ -1187,3 +1187,76 @@ fn the_server_suites_resp_workloads_run_against_kivi_serve() {
         "{cache:?}"
     );
 }
+
+/// `kivi stats` and `kivi check` work on a store that `kivi serve` has open
+/// and is writing to (checkpoints and the cleaner included): they read
+/// beside it, without its lock, and find the store healthy.
+#[test]
+fn stats_and_check_read_a_store_the_server_is_writing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("store");
+    let server = Server::start(&store);
+    let writing = Arc::new(AtomicBool::new(true));
+    let writer = {
+        let (addr, writing) = (server.resp.clone(), writing.clone());
+        std::thread::spawn(move || {
+            let mut c = Resp::connect(&addr);
+            let value = vec![b'v'; 1000];
+            let mut round = 0u64;
+            // Overwrites of 20,000 keys, 1 KB each: checkpoints and
+            // cleaning go on while the commands below read.
+            while writing.load(Ordering::Relaxed) || round < 3 {
+                for i in 0..20_000u64 {
+                    c.send(&[b"SET", format!("k{i:05}").as_bytes(), &value]);
+                    if i % 1000 == 999 {
+                        for _ in 0..1000 {
+                            assert_eq!(c.read(), Some(Val::Ok("OK".into())));
+                        }
+                    }
+                }
+                round += 1;
+            }
+            round
+        })
+    };
+    let kivi = |args: &[&str]| {
+        Command::new(KIVI)
+            .arg("-d")
+            .arg(&store)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    for _ in 0..3 {
+        let out = kivi(&["stats", "--json"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let stats: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let pairs = stats["pairs"].as_u64().unwrap();
+        assert!(pairs > 0 && pairs <= 20_000, "{pairs}");
+        let out = kivi(&["check"]);
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success() && said.starts_with("ok: "), "{said}");
+        let out = kivi(&["get", "k00000"]);
+        assert!(
+            out.stdout == [&[b'v'; 1000][..], b"\n"].concat(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    writing.store(false, Ordering::Relaxed);
+    let rounds = writer.join().unwrap();
+    assert!(rounds >= 3);
+    // The server, meanwhile, was not disturbed.
+    assert!(server.stop().success());
+    let out = kivi(&["check"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}

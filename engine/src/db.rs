@@ -87,7 +87,8 @@ impl Db {
                 .filter_map(|e| e.ok())
                 .map(|e| e.file_name().to_string_lossy().into_owned())
                 .collect();
-            let ours = |n: &String| n == "LOCK" || *n == format!("{IDENTITY}.tmp");
+            let ours =
+                |n: &String| n == "LOCK" || n == "READERS" || *n == format!("{IDENTITY}.tmp");
             if !names.iter().any(|n| n == IDENTITY) && names.iter().any(|n| !ours(n)) {
                 return Err(Error::NotAStore {
                     path: shown,

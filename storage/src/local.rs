@@ -17,6 +17,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 const LOCK_FILE: &str = "LOCK";
+/// Readers beside a running writer hold a shared lock on this file while
+/// they read; the writer, seeing one, leaves a deleted segment's blocks to
+/// be freed when the last reader closes it rather than truncating it away
+/// under them (`delete_segment`).
+const READERS_FILE: &str = "READERS";
 
 #[derive(Debug)]
 pub struct LocalDir {
@@ -24,6 +29,9 @@ pub struct LocalDir {
     read_only: bool,
     /// Held for the life of the store; the lock is released when it is dropped.
     _lock: Option<File>,
+    /// The writer's handle on `READERS` (to see readers beside it); a
+    /// reader's, holding its shared lock.
+    readers_file: Option<File>,
     /// One open file per segment read, so a read is one `pread`, never an open.
     /// Bounded by the number of segments in the store.
     readers: Mutex<HashMap<SegmentId, Arc<LocalReader>>>,
@@ -67,10 +75,21 @@ impl LocalDir {
             .open(&lock_path)
             .map_err(|e| IoError::new("open lock file", lock_path.display().to_string(), e))?;
         lock.try_lock().map_err(|e| lock_error(&lock_path, e))?;
+        let readers_path = dir.join(READERS_FILE);
+        let readers_file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&readers_path)
+            .map_err(|e| {
+                IoError::new("open readers file", readers_path.display().to_string(), e)
+            })?;
         Ok(LocalDir {
             dir,
             read_only: false,
             _lock: Some(lock),
+            readers_file: Some(readers_file),
             readers: Mutex::new(HashMap::new()),
         })
     }
@@ -95,10 +114,17 @@ impl LocalDir {
         }
         let lock_path = dir.join(LOCK_FILE);
         let lock = match File::open(&lock_path) {
-            Ok(f) => {
-                f.try_lock_shared().map_err(|e| lock_error(&lock_path, e))?;
-                Some(f)
-            }
+            // A writer holds the lock: read beside it, without a lock. What
+            // a reader sees of files the writer only appends to and renames
+            // into place is a state a crash could leave, which an open
+            // recovers from; a file the writer deletes meanwhile shows as
+            // missing (see `Db::open`'s callers that retry: `kivi check`
+            // and `kivi stats`).
+            Ok(f) => match f.try_lock_shared() {
+                Ok(()) => Some(f),
+                Err(fs::TryLockError::WouldBlock) => None,
+                Err(e) => return Err(lock_error(&lock_path, e)),
+            },
             Err(e) if e.kind() == io::ErrorKind::NotFound => None,
             Err(e) => {
                 return Err(IoError::new(
@@ -108,16 +134,65 @@ impl LocalDir {
                 ))
             }
         };
-        Ok(LocalDir {
+        let beside_writer = lock.is_none() && lock_path.exists();
+        // Announced before any segment is opened, so that the writer sees
+        // this reader before it could truncate one of them.
+        let readers_file = if beside_writer {
+            let f = File::open(dir.join(READERS_FILE)).ok();
+            if let Some(f) = &f {
+                f.lock_shared().map_err(|e| {
+                    IoError::new("lock", dir.join(READERS_FILE).display().to_string(), e)
+                })?;
+            }
+            f
+        } else {
+            None
+        };
+        let store = LocalDir {
             dir,
             read_only: true,
             _lock: lock,
+            readers_file,
             readers: Mutex::new(HashMap::new()),
-        })
+        };
+        if beside_writer {
+            // Every segment opened now and kept open (in `readers`), so that
+            // the writer deleting one later does not take it from this
+            // reader; the writer's newer segments are opened when needed.
+            // One deleted between the listing and its open fails this open
+            // (NotFound): the caller may try again.
+            for id in store.list_segments()? {
+                store.open_segment(id)?;
+            }
+        }
+        Ok(store)
     }
 
     pub fn path(&self) -> &Path {
         &self.dir
+    }
+
+    /// Whether a reader (`open_read_only` beside this writer) is reading now.
+    fn readers_beside(&self) -> bool {
+        let Some(f) = &self.readers_file else {
+            return false;
+        };
+        match f.try_lock() {
+            Ok(()) => {
+                let _ = f.unlock();
+                false
+            }
+            Err(_) => true,
+        }
+    }
+
+    /// Whether a writer (a process that opened `dir` for writing) holds
+    /// the store's lock now.
+    pub fn writer_holds_lock(dir: impl AsRef<Path>) -> bool {
+        match File::open(dir.as_ref().join(LOCK_FILE)) {
+            Ok(f) => matches!(f.try_lock_shared(), Err(fs::TryLockError::WouldBlock)),
+            Err(_) => false,
+        }
     }
 
     /// Names in the directory that are neither segments, meta blobs named in
@@ -127,6 +202,7 @@ impl LocalDir {
         for entry in self.entries()? {
             let name = entry;
             if name == LOCK_FILE
+                || name == READERS_FILE
                 || parse_segment_file_name(&name).is_some()
                 || known_meta
                     .iter()
@@ -285,7 +361,11 @@ impl Storage for LocalDir {
             .map_err(|e| IoError::new("delete segment", &shown, e))?;
         fs::remove_file(&path).map_err(|e| IoError::new("delete segment", &shown, e))?;
         sync_dir(&self.dir)?;
-        release_in_steps(file);
+        // Unlinked first: a reader that comes later cannot open it. One
+        // that had it open announced itself before opening it.
+        if !self.readers_beside() {
+            release_in_steps(file);
+        }
         Ok(())
     }
 
@@ -702,8 +782,12 @@ mod tests {
             err.to_string().contains("in use by another process"),
             "{err}"
         );
-        let err = LocalDir::open_read_only(tmp.path()).err().unwrap();
-        assert_eq!(err.kind(), io::ErrorKind::WouldBlock, "{err}");
+        // A reader opens beside the writer, and knows it is there.
+        assert!(LocalDir::writer_holds_lock(tmp.path()));
+        let reader = LocalDir::open_read_only(tmp.path()).unwrap();
+        drop(_first);
+        assert!(!LocalDir::writer_holds_lock(tmp.path()));
+        drop(reader);
     }
 
     #[test]
