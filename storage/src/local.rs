@@ -67,24 +67,9 @@ impl LocalDir {
             Err(e) => return Err(IoError::new("open store directory", shown, e)),
         }
         let lock_path = dir.join(LOCK_FILE);
-        let lock = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&lock_path)
-            .map_err(|e| IoError::new("open lock file", lock_path.display().to_string(), e))?;
+        let lock = open_or_create(&lock_path, "open lock file")?;
         lock.try_lock().map_err(|e| lock_error(&lock_path, e))?;
-        let readers_path = dir.join(READERS_FILE);
-        let readers_file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&readers_path)
-            .map_err(|e| {
-                IoError::new("open readers file", readers_path.display().to_string(), e)
-            })?;
+        let readers_file = open_or_create(&dir.join(READERS_FILE), "open readers file")?;
         Ok(LocalDir {
             dir,
             read_only: false,
@@ -268,6 +253,18 @@ impl LocalDir {
             failed: None,
         }))
     }
+}
+
+/// `path` opened for reading and writing, made empty if absent (never
+/// truncated): the files that carry locks.
+fn open_or_create(path: &Path, op: &'static str) -> Result<File, IoError> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(|e| IoError::new(op, path.display().to_string(), e))
 }
 
 fn lock_error(path: &Path, e: fs::TryLockError) -> IoError {
