@@ -296,10 +296,19 @@ impl Shared {
         }
     }
 
-    fn register(&self, reader: Weak<dyn Reader>) {
-        let mut readers = self.readers.lock();
-        readers.retain(|r| r.strong_count() > 0);
-        readers.push(reader);
+    /// Puts a new snapshot or iterator where `close` finds it. One made
+    /// while the store was closing lets go of its version itself: `close`
+    /// sets `closed` before it takes the list, so either it saw this one
+    /// or this sees `closed`.
+    fn register(&self, reader: Arc<dyn Reader>) {
+        {
+            let mut readers = self.readers.lock();
+            readers.retain(|r| r.strong_count() > 0);
+            readers.push(Arc::downgrade(&reader));
+        }
+        if self.closed.load(Ordering::Acquire) {
+            reader.release();
+        }
     }
 }
 
@@ -604,8 +613,7 @@ impl Db {
         self.shared.check()?;
         let snap = self.shared.with_db_attached(|db| Ok(db.snapshot()))?;
         let inner = Arc::new(SnapInner(Mutex::new(Some(snap))));
-        self.shared
-            .register(Arc::downgrade(&inner) as Weak<dyn Reader>);
+        self.shared.register(inner.clone());
         Ok(Snapshot {
             shared: self.shared.clone(),
             inner,
@@ -1039,7 +1047,7 @@ impl RangeIter {
             scan: Some(scan),
             ready: VecDeque::new(),
         })));
-        shared.register(Arc::downgrade(&inner) as Weak<dyn Reader>);
+        shared.register(inner.clone());
         RangeIter {
             shared: shared.clone(),
             inner,
