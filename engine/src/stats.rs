@@ -86,8 +86,8 @@ pub struct Stats {
     /// Of those, checkpoints that wrote a slice of the changes (the rest
     /// kept from the previous checkpoint's pages).
     pub sliced_checkpoints: u64,
-    /// Checkpoints that failed since open (the store goes on; the next one
-    /// retries; `last_error` says why).
+    /// Checkpoints that failed since open (`last_error` says why); the
+    /// commits they would have covered stay in the commit log.
     pub failed_checkpoints: u64,
     /// Writes held back since open because the changes no checkpoint had
     /// written yet passed twice [`Options::write_buffer_bytes`] (each waits

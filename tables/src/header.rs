@@ -312,7 +312,8 @@ impl LogHeader {
 pub struct IndexHeader {
     /// Format major version (1).
     pub major: u32,
-    /// Format minor version (1).
+    /// Format minor version (1 as written; 0, sparkey's older indexes, is
+    /// read too).
     pub minor: u32,
     /// The `file_identifier` of the log the index was built from.
     pub file_identifier: u32,
@@ -340,7 +341,7 @@ pub struct IndexHeader {
     pub hash_capacity: u64,
     /// Farthest any entry sits from its hash's home slot, in slots.
     pub max_displacement: u64,
-    /// For a compressed log, the low bits of an address that give the
+    /// For a compressed log, how many low bits of an address give the
     /// entry's ordinal in its block (0 when uncompressed).
     pub entry_block_bits: u32,
     /// Slots whose stored hash equals the occupied slot's before them
