@@ -22,6 +22,19 @@ cargo fmt --all --check
 # Every relative link in the docs leads to a file (and heading) in the repository.
 python3 docs/check-links.py
 cargo clippy --workspace --all-targets --locked --features kivi-cli/peers,kivi-bench/peers -- -D warnings
+# The library stack is publishable: each crate packages (versions on its
+# dependencies, licenses, only its sources) and builds from its .crate alone,
+# against the others as packaged (a dry run: nothing is uploaded, no token
+# needed; --allow-dirty so that uncommitted work is what is checked), and
+# its documentation has no broken link.
+published=(kivi-storage kivi-log kivi-tree kivi-tables kivi-db)
+for p in "${published[@]}"; do
+    files=$(cargo package --list --allow-dirty --locked --quiet -p "$p")
+    grep -qx LICENSE-MIT <<<"$files" && grep -qx LICENSE-APACHE <<<"$files" ||
+        { echo "test.sh: the package of $p lacks LICENSE-MIT or LICENSE-APACHE" >&2; exit 1; }
+done
+cargo publish --dry-run --allow-dirty --locked --quiet "${published[@]/#/--package=}"
+RUSTDOCFLAGS=-Dwarnings cargo doc --no-deps --locked --quiet "${published[@]/#/--package=}"
 cargo test --workspace --locked --features kivi-cli/peers,kivi-bench/peers
 # The kivi a plain build makes, without the benchmark suite: lint-clean, and
 # `kivi bench` there says how to get it.

@@ -7,7 +7,7 @@
 //! segment on another thread, over and over, until as many puts are timed.
 //!
 //! ```text
-//! cargo run --release -p kivi --example cleaner_latency -- DIR [N] [PUTS]
+//! cargo run --release -p kivi-db --example cleaner_latency -- DIR [N] [PUTS]
 //! ```
 
 mod common;

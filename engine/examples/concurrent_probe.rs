@@ -3,7 +3,7 @@
 //! prints the rate, the batches per group commit, and the write stalls.
 //!
 //! ```text
-//! cargo run --release -p kivi --example concurrent_probe -- DIR [N] [THREADS] [PUTS]
+//! cargo run --release -p kivi-db --example concurrent_probe -- DIR [N] [THREADS] [PUTS]
 //! ```
 
 mod common;

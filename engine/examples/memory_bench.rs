@@ -5,7 +5,7 @@
 //! /proc/self/clear_refs).
 //!
 //! ```text
-//! cargo run --release -p kivi --example memory_bench -- DIR [N] [CACHE_MIB] [OPS]
+//! cargo run --release -p kivi-db --example memory_bench -- DIR [N] [CACHE_MIB] [OPS]
 //! ```
 
 mod common;

@@ -1,7 +1,7 @@
 //! Developer tool: times random point reads of an N-pair store (kv40-like
 //! pairs loaded in order, then checkpointed), so a profiler can be pointed at
 //! the lookup path alone.
-//! `cargo run --release -p kivi --example read_bench -- DIR N ROUNDS [UPDATES]`
+//! `cargo run --release -p kivi-db --example read_bench -- DIR N ROUNDS [UPDATES]`
 use std::time::Instant;
 
 mod common;

@@ -1,6 +1,6 @@
 //! Developer tool: times full ordered scans of an N-pair store (kv40-like
 //! pairs) so a profiler can be pointed at the scan path alone.
-//! `cargo run --release -p kivi --example scan_bench -- DIR N ROUNDS [UPDATES]`
+//! `cargo run --release -p kivi-db --example scan_bench -- DIR N ROUNDS [UPDATES]`
 //! (`SCAN_AFTER` and `SCAN_SNAPSHOT`, below, say what the scans meet)
 use std::time::Instant;
 

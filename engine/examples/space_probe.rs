@@ -3,7 +3,7 @@
 //! kind, the tree, segments waiting for readers, what the cleaner did).
 //!
 //! ```text
-//! cargo run --release -p kivi --example space_probe -- DIR [N] [ROUNDS]
+//! cargo run --release -p kivi-db --example space_probe -- DIR [N] [ROUNDS]
 //! ```
 
 mod common;

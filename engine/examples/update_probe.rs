@@ -4,7 +4,7 @@
 //! `KIVI_WRITE_BUFFER_MIB` and `KIVI_CHECKPOINT_MIB` override the options.
 //!
 //! ```text
-//! cargo run --release -p kivi --example update_probe -- DIR [N]
+//! cargo run --release -p kivi-db --example update_probe -- DIR [N]
 //! ```
 
 mod common;

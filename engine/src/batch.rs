@@ -113,19 +113,25 @@ fn check_value(value: &[u8]) -> Result<()> {
 }
 
 impl WriteBatch {
+    /// An empty batch. Writing an empty batch commits nothing and returns
+    /// [`WriteOutcome::Applied`](crate::WriteOutcome::Applied).
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// The number of operations added so far.
     pub fn len(&self) -> usize {
         self.ops.len()
     }
 
+    /// Whether no operation has been added.
     pub fn is_empty(&self) -> bool {
         self.ops.is_empty()
     }
 
-    /// Bytes of keys and values in the batch.
+    /// Bytes of keys and values in the batch (expected values of conditions
+    /// included), which [`MAX_BATCH_BYTES`](crate::limits::MAX_BATCH_BYTES)
+    /// bounds.
     pub fn size_bytes(&self) -> usize {
         self.bytes
     }
@@ -166,6 +172,30 @@ impl WriteBatch {
         Ok(())
     }
 
+    /// Adds a write of `value` under `key`, replacing whatever the key
+    /// holds; the value never expires unless [`with_deadline`] follows.
+    ///
+    /// Fails, adding nothing, with [`Error::KeyTooLarge`] over
+    /// [`MAX_KEY_LEN`](crate::limits::MAX_KEY_LEN) bytes of key,
+    /// [`Error::ValueTooLarge`] over
+    /// [`MAX_VALUE_LEN`](crate::limits::MAX_VALUE_LEN) bytes of value, or
+    /// [`Error::BatchTooLarge`] if the batch would pass
+    /// [`MAX_BATCH_BYTES`](crate::limits::MAX_BATCH_BYTES). Returns the
+    /// batch, so that calls chain.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = kivi::Db::open(dir.path(), kivi::Options::default())?;
+    /// let mut batch = kivi::WriteBatch::new();
+    /// batch.put(b"a".to_vec(), b"1".to_vec())?.put(b"b".to_vec(), b"2".to_vec())?;
+    /// batch.delete(b"a".to_vec())?; // a later write to a key wins
+    /// db.write(batch)?;
+    /// assert_eq!(db.get(b"a")?, None);
+    /// assert_eq!(db.get(b"b")?.as_deref(), Some(&b"2"[..]));
+    /// # Ok::<(), kivi::Error>(())
+    /// ```
+    ///
+    /// [`with_deadline`]: WriteBatch::with_deadline
     pub fn put(&mut self, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) -> Result<&mut Self> {
         let (key, value) = (key.into(), value.into());
         check_key(&key)?;
@@ -203,8 +233,9 @@ impl WriteBatch {
     /// `None` writes a value that never expires (the default), so a
     /// deadline the key had before is dropped unless written again.
     ///
-    /// ```no_run
-    /// # let db = kivi::Db::open("d", kivi::Options::default())?;
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = kivi::Db::open(dir.path(), kivi::Options::default())?;
     /// let mut b = kivi::WriteBatch::new();
     /// let in_a_minute = db.clock().after(std::time::Duration::from_secs(60));
     /// b.put(b"session".to_vec(), b"...".to_vec())?.with_deadline(Some(in_a_minute))?;
@@ -251,6 +282,10 @@ impl WriteBatch {
         Ok(self)
     }
 
+    /// Adds a deletion of `key`; deleting an absent key is not an error and
+    /// is not a condition. Fails, adding nothing, on a key over
+    /// [`MAX_KEY_LEN`](crate::limits::MAX_KEY_LEN) bytes or a batch that
+    /// would pass [`MAX_BATCH_BYTES`](crate::limits::MAX_BATCH_BYTES).
     pub fn delete(&mut self, key: impl Into<Vec<u8>>) -> Result<&mut Self> {
         let key = key.into();
         check_key(&key)?;
@@ -259,6 +294,27 @@ impl WriteBatch {
         Ok(self)
     }
 
+    /// Adds a write of `value` under `key` on the condition that the key is
+    /// absent (never written, deleted, or its value expired) when the
+    /// operation applies. If it is present the whole batch applies nothing
+    /// and [`Db::write`](crate::Db::write) returns
+    /// [`WriteOutcome::ConditionFailed`](crate::WriteOutcome::ConditionFailed)
+    /// naming this operation. The size limits are those of [`put`].
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = kivi::Db::open(dir.path(), kivi::Options::default())?;
+    /// use kivi::{WriteBatch, WriteOutcome};
+    /// db.put(b"lock", b"someone")?;
+    /// let mut batch = WriteBatch::new();
+    /// batch.put(b"log".to_vec(), b"took it".to_vec())?;
+    /// batch.insert_if_absent(b"lock".to_vec(), b"me".to_vec())?; // operation 1
+    /// assert_eq!(db.write(batch)?, WriteOutcome::ConditionFailed { op: 1 });
+    /// assert_eq!(db.get(b"log")?, None); // nothing of the batch applied
+    /// # Ok::<(), kivi::Error>(())
+    /// ```
+    ///
+    /// [`put`]: WriteBatch::put
     pub fn insert_if_absent(
         &mut self,
         key: impl Into<Vec<u8>>,
@@ -280,6 +336,13 @@ impl WriteBatch {
         Ok(self)
     }
 
+    /// Adds a write of `value` under `key` on the condition that the key is
+    /// present (holds a value that has not expired) when the operation
+    /// applies; otherwise the batch applies nothing, as for
+    /// [`insert_if_absent`]. The size limits are those of [`put`].
+    ///
+    /// [`insert_if_absent`]: WriteBatch::insert_if_absent
+    /// [`put`]: WriteBatch::put
     pub fn update_if_present(
         &mut self,
         key: impl Into<Vec<u8>>,
@@ -301,6 +364,15 @@ impl WriteBatch {
         Ok(self)
     }
 
+    /// Adds a write of `value` under `key` on the condition that the key's
+    /// current value is byte for byte `expected` (an absent or expired key
+    /// never matches); otherwise the batch applies nothing, as for
+    /// [`insert_if_absent`]. [`if_deadline`] adds a condition on the
+    /// current value's deadline. `expected` counts toward the batch's size
+    /// and is bounded like a value.
+    ///
+    /// [`insert_if_absent`]: WriteBatch::insert_if_absent
+    /// [`if_deadline`]: WriteBatch::if_deadline
     pub fn compare_and_swap(
         &mut self,
         key: impl Into<Vec<u8>>,
@@ -325,6 +397,13 @@ impl WriteBatch {
         Ok(self)
     }
 
+    /// Adds a deletion of `key` on the condition that its current value is
+    /// byte for byte `expected`; otherwise the batch applies nothing, as for
+    /// [`insert_if_absent`]. [`if_deadline`] adds a condition on the
+    /// current value's deadline.
+    ///
+    /// [`insert_if_absent`]: WriteBatch::insert_if_absent
+    /// [`if_deadline`]: WriteBatch::if_deadline
     pub fn compare_and_delete(
         &mut self,
         key: impl Into<Vec<u8>>,

@@ -31,18 +31,28 @@ type Headers = BTreeMap<SegmentId, (SegmentHeader, u64)>;
 /// What `check` read and what it found.
 #[derive(Debug, Clone, Default)]
 pub struct CheckReport {
+    /// Segment files listed, of both logs.
     pub segments: u64,
+    /// Bytes of records read and validated across all segments.
     pub bytes_scanned: u64,
+    /// Commit records found (each a group commit of one or more batches).
     pub commit_records: u64,
+    /// Checkpoint records found.
     pub checkpoint_records: u64,
+    /// Tree pages read and checked, reachable from the newest checkpoint.
     pub pages: u64,
+    /// Out-of-line values read and checked, reachable from the newest
+    /// checkpoint.
     pub blobs: u64,
+    /// Pairs the store holds as of the check: the tree's count with the
+    /// write buffer's changes over it.
     pub pairs: u64,
     /// One line per problem, naming where it is. Empty when healthy.
     pub problems: Vec<String>,
 }
 
 impl CheckReport {
+    /// Whether the check found no problem.
     pub fn is_healthy(&self) -> bool {
         self.problems.is_empty()
     }

@@ -69,7 +69,30 @@ impl std::fmt::Debug for Db {
 }
 
 impl Db {
-    /// Opens (or creates) the store in directory `path`.
+    /// Opens the store in directory `path`, creating it (and the directory)
+    /// if there is none and [`Options::create_if_missing`] allows (it does
+    /// by default). Recovers from any crash as it opens: a torn tail of the
+    /// log is cut off, commits since the last checkpoint are replayed. One
+    /// process at a time opens a store for writing (a lock file keeps others
+    /// out); [`Options::read_only`] opens beside a writer.
+    ///
+    /// Fails with [`Error::NotAStore`] on a directory that holds other files,
+    /// and with [`Error::InvalidOption`] on options out of range.
+    ///
+    /// ```
+    /// use kivi::{Db, Durability, Options};
+    ///
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let path = dir.path().join("store");
+    /// let db = Db::open(&path, Options::default())?;
+    /// db.put(b"k", b"v")?;
+    /// db.close()?;
+    ///
+    /// let opts = Options { create_if_missing: false, durability: Durability::NoFsync, ..Options::default() };
+    /// let db = Db::open(&path, opts)?;
+    /// assert_eq!(db.get(b"k")?.as_deref(), Some(&b"v"[..]));
+    /// # Ok::<(), kivi::Error>(())
+    /// ```
     pub fn open(path: impl AsRef<Path>, opts: Options) -> Result<Db> {
         opts.validate()?;
         let path = path.as_ref();
@@ -240,7 +263,19 @@ impl Db {
         }
     }
 
-    /// The value stored under `key` (absent once its deadline passed).
+    /// The value stored under `key`: `None` if it was never written, was
+    /// deleted, or its deadline passed. Sees every write that returned
+    /// before it was called; never waits for a commit.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = kivi::Db::open(dir.path(), kivi::Options::default())?;
+    /// db.put(b"greeting", b"hello")?;
+    /// assert_eq!(db.get(b"greeting")?.as_deref(), Some(&b"hello"[..]));
+    /// db.delete(b"greeting")?;
+    /// assert_eq!(db.get(b"greeting")?, None);
+    /// # Ok::<(), kivi::Error>(())
+    /// ```
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         let mut out = Vec::new();
         Ok(self.get_into(key, &mut out)?.then_some(out))
@@ -347,7 +382,13 @@ impl Db {
         Ok(())
     }
 
-    /// Stores `value` under `key`; durable when it returns (see [`Durability`]).
+    /// Stores `value` under `key`, replacing what it held (and its
+    /// deadline); durable when it returns (see [`Durability`]). Concurrent
+    /// writers share commits. Fails on a key over
+    /// [`MAX_KEY_LEN`](crate::limits::MAX_KEY_LEN) or a value over
+    /// [`MAX_VALUE_LEN`](crate::limits::MAX_VALUE_LEN) bytes.
+    ///
+    /// [`Durability`]: crate::Durability
     pub fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
         let mut b = WriteBatch::new();
         b.put(key, value)?;
@@ -355,7 +396,26 @@ impl Db {
     }
 
     /// Stores `value` under `key` until `deadline` (after it the key is
-    /// absent; `None`: never); durable when it returns.
+    /// absent; `None`: never); durable when it returns. A key lives through
+    /// the millisecond of its deadline, by the store's [`Clock`].
+    ///
+    /// ```
+    /// use kivi::{Clock, Db, Options};
+    /// use std::time::Duration;
+    ///
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let clock = Clock::manual(1_700_000_000_000); // tests move time by hand
+    /// let db = Db::open(dir.path(), Options { clock: clock.clone(), ..Options::default() })?;
+    /// let deadline = db.clock().after(Duration::from_secs(60));
+    /// db.put_with_deadline(b"session", b"token", Some(deadline))?;
+    /// assert_eq!(db.get_with_deadline(b"session")?, Some((b"token".to_vec(), Some(deadline))));
+    ///
+    /// clock.advance(Duration::from_secs(61));
+    /// assert_eq!(db.get(b"session")?, None); // expired: absent to every read
+    /// # Ok::<(), kivi::Error>(())
+    /// ```
+    ///
+    /// [`Clock`]: crate::Clock
     pub fn put_with_deadline(
         &self,
         key: &[u8],
@@ -383,7 +443,13 @@ impl Db {
         self.write(b).map(|_| ())
     }
 
-    /// Applies a batch atomically; durable when it returns.
+    /// Applies a batch atomically; durable when it returns. Returns
+    /// [`WriteOutcome::ConditionFailed`] (and applies nothing) if a
+    /// conditional operation's condition does not hold; an error means the
+    /// batch was not applied (after a crash it may still appear whole,
+    /// never in part). See [`WriteBatch`] for an example.
+    ///
+    /// [`WriteOutcome::ConditionFailed`]: crate::WriteOutcome::ConditionFailed
     pub fn write(&self, batch: WriteBatch) -> Result<WriteOutcome> {
         if batch.is_empty() {
             return Ok(WriteOutcome::Applied);
@@ -437,7 +503,18 @@ impl Db {
     }
 
     /// Replaces the value of `key` with `value` if it currently equals
-    /// `expected`. Returns whether it did.
+    /// `expected` (an absent or expired key never does), atomically and
+    /// durably. Returns whether it did. The new value has no deadline.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = kivi::Db::open(dir.path(), kivi::Options::default())?;
+    /// db.put(b"counter", b"1")?;
+    /// assert!(db.compare_and_swap(b"counter", b"1", b"2")?);
+    /// assert!(!db.compare_and_swap(b"counter", b"1", b"3")?); // it holds 2 now
+    /// assert_eq!(db.get(b"counter")?.as_deref(), Some(&b"2"[..]));
+    /// # Ok::<(), kivi::Error>(())
+    /// ```
     pub fn compare_and_swap(&self, key: &[u8], expected: &[u8], value: &[u8]) -> Result<bool> {
         let mut b = WriteBatch::new();
         b.compare_and_swap(key, expected, value)?;
@@ -466,14 +543,45 @@ impl Db {
     }
 
     /// A consistent read view of the store as of now. It never blocks
-    /// writers; it keeps the pages it sees alive until dropped.
+    /// writers; it keeps the pages it sees alive until dropped (so a
+    /// snapshot held for long holds space the cleaner cannot reclaim).
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = kivi::Db::open(dir.path(), kivi::Options::default())?;
+    /// db.put(b"a", b"1")?;
+    /// let snapshot = db.snapshot();
+    /// db.put(b"a", b"2")?;
+    /// db.put(b"b", b"3")?;
+    /// assert_eq!(snapshot.get(b"a")?.as_deref(), Some(&b"1"[..]));
+    /// assert_eq!(snapshot.len()?, 1);
+    /// assert_eq!(db.get(b"a")?.as_deref(), Some(&b"2"[..]));
+    /// # Ok::<(), kivi::Error>(())
+    /// ```
     pub fn snapshot(&self) -> Snapshot {
         let store = &self.inner().store;
         Snapshot::new(store.clone(), store.current_full())
     }
 
     /// Pairs with keys in `range`, in key order; `.rev()` for descending order.
-    /// Reads a consistent snapshot taken when it is called.
+    /// Reads a consistent snapshot taken when it is called. Each item is an
+    /// owned `(key, value)` pair, or the error that ends the iteration (a
+    /// damaged page); [`Db::scan`] borrows instead of copying.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = kivi::Db::open(dir.path(), kivi::Options::default())?;
+    /// for (k, v) in [("user:1", "ada"), ("user:2", "grace"), ("zone:1", "eu")] {
+    ///     db.put(k.as_bytes(), v.as_bytes())?;
+    /// }
+    /// let users: Vec<(Vec<u8>, Vec<u8>)> = db
+    ///     .range(b"user:".as_slice()..b"user;".as_slice()) // ';' follows ':'
+    ///     .rev()
+    ///     .collect::<kivi::Result<_>>()?;
+    /// assert_eq!(users[0], (b"user:2".to_vec(), b"grace".to_vec()));
+    /// assert_eq!(users.len(), 2);
+    /// # Ok::<(), kivi::Error>(())
+    /// ```
     pub fn range<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> Iter {
         self.snapshot().range(range)
     }

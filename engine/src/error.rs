@@ -12,18 +12,55 @@ pub enum Error {
     /// Stored bytes failed validation. Never returned as data.
     #[error(transparent)]
     Corrupt(#[from] Corruption),
+    /// A key longer than [`MAX_KEY_LEN`](crate::limits::MAX_KEY_LEN); nothing
+    /// was written.
     #[error("key of {len} bytes is over the limit of {max} bytes")]
-    KeyTooLarge { len: usize, max: usize },
+    KeyTooLarge {
+        /// The key's length in bytes.
+        len: usize,
+        /// The limit in bytes.
+        max: usize,
+    },
+    /// A value (or a compared value) longer than
+    /// [`MAX_VALUE_LEN`](crate::limits::MAX_VALUE_LEN); nothing was written.
     #[error("value of {len} bytes is over the limit of {max} bytes")]
-    ValueTooLarge { len: usize, max: usize },
+    ValueTooLarge {
+        /// The value's length in bytes.
+        len: usize,
+        /// The limit in bytes.
+        max: usize,
+    },
+    /// A batch whose keys and values would pass
+    /// [`MAX_BATCH_BYTES`](crate::limits::MAX_BATCH_BYTES); the operation
+    /// was not added.
     #[error("batch of {bytes} bytes is over the limit of {max} bytes")]
-    BatchTooLarge { bytes: usize, max: usize },
+    BatchTooLarge {
+        /// The batch's bytes with the refused operation.
+        bytes: usize,
+        /// The limit in bytes.
+        max: usize,
+    },
+    /// The place opened holds no kivi store this build can open: files that
+    /// are not one, a store of a format it does not read, or nothing where
+    /// the store was not to be created. Nothing there was changed.
     #[error("{path} is not a kivi store: {reason}")]
-    NotAStore { path: String, reason: String },
+    NotAStore {
+        /// The directory (or storage) opened.
+        path: String,
+        /// What was found there instead.
+        reason: String,
+    },
+    /// A write to a store opened read-only ([`Options::read_only`]).
+    ///
+    /// [`Options::read_only`]: crate::Options::read_only
     #[error("the store is open read-only")]
     ReadOnly,
+    /// An operation on a store that [`Db::close`](crate::Db::close) closed,
+    /// through another clone of the handle.
     #[error("the store is closed")]
     Closed,
+    /// An [`Options`](crate::Options) field out of its range; the message
+    /// names it. The store was not opened.
     #[error("invalid option: {0}")]
     InvalidOption(String),
     /// A batch modifier met an operation it does not apply to (a deadline
@@ -32,6 +69,7 @@ pub enum Error {
     InvalidBatch(&'static str),
 }
 
+/// `std::result::Result` with kivi's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl From<kivi_storage::Error> for Error {

@@ -49,6 +49,8 @@ impl Deadline {
         Deadline::from_unix_millis(u64::try_from(ms).unwrap_or(u64::MAX))
     }
 
+    /// The deadline as a `SystemTime` (exact: deadlines are whole
+    /// milliseconds since the Unix epoch).
     pub fn to_system_time(self) -> SystemTime {
         UNIX_EPOCH + Duration::from_millis(self.0)
     }

@@ -90,11 +90,15 @@ impl Snapshot {
         Ok(found.map(|d| (out, Deadline::from_millis(d))))
     }
 
+    /// Pairs of this snapshot with keys in `range`, in key order; `.rev()`
+    /// for descending order. Expired values are left out (by the store's
+    /// clock when each is read).
     pub fn range<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> Iter {
         let (start, end) = bound_owned(&range);
         Iter::new(self.held.store.clone(), self.held.version(), start, end)
     }
 
+    /// Every pair of this snapshot, in key order.
     pub fn iter(&self) -> Iter {
         self.range::<&[u8], _>(..)
     }
@@ -129,6 +133,7 @@ impl Snapshot {
         self.held.store.pairs(&self.held.version)
     }
 
+    /// Whether this snapshot holds no pair (see [`Snapshot::len`]).
     pub fn is_empty(&self) -> Result<bool> {
         Ok(self.len()? == 0)
     }
@@ -233,12 +238,18 @@ impl DoubleEndedIterator for Iter {
 /// and value in place (values over 1 KiB are read into a buffer the scan
 /// reuses). Faster than [`Iter`], which copies every pair it returns.
 ///
-/// ```no_run
-/// # let db = kivi::Db::open("d", kivi::Options::default())?;
+/// ```
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let db = kivi::Db::open(dir.path(), kivi::Options::default())?;
+/// db.put(b"apple", b"red")?;
+/// db.put(b"avocado", b"green")?;
+/// db.put(b"banana", b"yellow")?;
 /// let mut scan = db.scan(b"a".as_slice()..b"b".as_slice());
+/// let mut bytes = 0;
 /// while let Some((key, value)) = scan.next()? {
-///     println!("{} bytes under {} bytes of key", value.len(), key.len());
+///     bytes += key.len() + value.len(); // borrowed: valid until the next call
 /// }
+/// assert_eq!(bytes, "applered".len() + "avocadogreen".len());
 /// # Ok::<(), kivi::Error>(())
 /// ```
 pub struct Scan {

@@ -57,6 +57,8 @@ impl Histogram {
         Histogram::new(LATENCY_BOUNDS_NS)
     }
 
+    /// Counts `value` in the first bucket whose bound is at or above it (the
+    /// last bucket past every bound) and adds it to the sum. Lock-free.
     pub fn record(&self, value: u64) {
         let i = self.bounds.partition_point(|&b| b < value);
         self.buckets[i].fetch_add(1, Relaxed);
@@ -68,6 +70,8 @@ impl Histogram {
         self.record(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
     }
 
+    /// The figures recorded so far (see [`HistogramSnapshot`] for how
+    /// consistent they are).
     pub fn snapshot(&self) -> HistogramSnapshot {
         HistogramSnapshot {
             bounds: self.bounds,
@@ -119,7 +123,9 @@ impl Default for SyncTimes {
 /// `SyncTimes` at one moment (`Db::sync_times`), in nanoseconds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SyncTimesSnapshot {
+    /// The commit log's fdatasyncs: one per durable group commit.
     pub commit_log: HistogramSnapshot,
+    /// The page log's fdatasyncs: one per checkpoint.
     pub page_log: HistogramSnapshot,
 }
 

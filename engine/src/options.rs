@@ -15,6 +15,8 @@ pub enum Durability {
 /// How a store is opened. `Options::default()` is what a serious deployment wants.
 #[derive(Debug, Clone)]
 pub struct Options {
+    /// When a write counts as done: [`Durability::Fsync`] (the default)
+    /// waits for its commit to reach stable storage.
     pub durability: Durability,
     /// Page cache limit in bytes: the cache and the written nodes kept in
     /// the tree share it. Changes not yet checkpointed come on top, bounded

@@ -42,7 +42,11 @@ pub enum WriteOutcome {
     Applied,
     /// Operation `op` (index in the batch) found its condition false; nothing
     /// in the batch was applied.
-    ConditionFailed { op: usize },
+    ConditionFailed {
+        /// The index of the operation in the batch, counting from 0 in the
+        /// order the operations were added.
+        op: usize,
+    },
 }
 
 pub(crate) enum Reply {

@@ -23,15 +23,27 @@ pub struct Stats {
     pub live_bytes: u64,
     /// Bytes of every segment file.
     pub file_bytes: u64,
+    /// Segment files of the commit log (the write-ahead records of batches).
     pub commit_segments: u64,
+    /// Segment files of the page log (tree pages and out-of-line values),
+    /// including any whose header could not be read.
     pub page_segments: u64,
+    /// Bytes of the commit log's segments, the one being appended to counted
+    /// up to what is written.
     pub commit_log_bytes: u64,
+    /// Bytes of the page log's segments; `commit_log_bytes` and this add up
+    /// to `file_bytes`.
     pub page_log_bytes: u64,
     /// Bytes of pages and values reachable from the newest checkpoint.
     pub checkpoint_tree_bytes: u64,
     /// Commit-log bytes not yet covered by a checkpoint (what a reopen replays).
     pub redo_bytes: u64,
+    /// Bytes of pages in the page cache now.
     pub cache_bytes: u64,
+    /// The page cache's budget in bytes ([`Options::cache_bytes`]), shared
+    /// with `resident_bytes`.
+    ///
+    /// [`Options::cache_bytes`]: crate::Options::cache_bytes
     pub cache_capacity: u64,
     /// Bytes of written pages kept in memory in the tree itself, beside the
     /// cache; the two share `cache_bytes`.
@@ -41,29 +53,49 @@ pub struct Stats {
     /// a base evicted from the cache while a changed leaf holds it is not
     /// counted anywhere, so this is a lower bound).
     pub dirty_bytes: u64,
-    /// Keys in the write buffer (commits not yet merged into the tree), the
-    /// memory it holds (estimated), and buffers merged into the tree since
-    /// open.
+    /// Keys in the write buffer: committed changes not yet merged into the
+    /// tree.
     pub buffered_keys: u64,
+    /// Memory the write buffer holds, in bytes (an estimate).
     pub buffered_bytes: u64,
+    /// Write buffers merged into the tree since open.
     pub buffer_merges: u64,
+    /// Pages in the page cache now.
     pub cache_pages: u64,
+    /// Page lookups the cache answered since open.
     pub cache_hits: u64,
+    /// Page lookups the cache did not answer since open (each a read of the
+    /// page from its segment).
     pub cache_misses: u64,
+    /// Tree pages read from segment files since open.
     pub page_reads: u64,
+    /// Out-of-line values (over
+    /// [`INLINE_VALUE_MAX`](crate::limits::INLINE_VALUE_MAX) bytes) read from
+    /// segment files since open.
     pub blob_reads: u64,
+    /// Group commits since open: each one commit record and one fdatasync,
+    /// shared by the batches written at the same time.
     pub group_commits: u64,
+    /// Batches committed since open (single writes count as one each);
+    /// `batches / group_commits` is how many share a commit on average.
     pub batches: u64,
+    /// Group commits that failed (their writes returned an error) since open.
     pub failed_commits: u64,
+    /// Checkpoints made durable since open.
     pub checkpoints: u64,
     /// Of those, checkpoints that wrote a slice of the changes (the rest
     /// kept from the previous checkpoint's pages).
     pub sliced_checkpoints: u64,
+    /// Checkpoints that failed since open (`last_error` says why); the
+    /// commits they would have covered stay in the commit log.
     pub failed_checkpoints: u64,
-    /// Writes held back because the changes no checkpoint had written yet
-    /// passed twice `write_buffer_bytes`, and the microseconds they waited
-    /// in all (each waits at most a second).
+    /// Writes held back since open because the changes no checkpoint had
+    /// written yet passed twice [`Options::write_buffer_bytes`] (each waits
+    /// at most a second).
+    ///
+    /// [`Options::write_buffer_bytes`]: crate::Options::write_buffer_bytes
     pub write_stalls: u64,
+    /// Microseconds the `write_stalls` waited, in all.
     pub write_stall_us: u64,
     /// Leaves durable checkpoints wrote as delta pages (their changes over
     /// a base page, without reading or rewriting it) since open.

@@ -21,7 +21,7 @@
 //! changed, into a new directory; never rewrite an existing one):
 //!
 //! ```text
-//! cargo test -p kivi --test format -- --ignored --exact write_the_format_fixture
+//! cargo test -p kivi-db --test format -- --ignored --exact write_the_format_fixture
 //! ```
 
 mod common;

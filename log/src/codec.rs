@@ -10,10 +10,14 @@
 
 use std::fmt;
 
+/// Bytes that do not decode: a length past the end, a malformed varint,
+/// bytes left over. Carries no file or offset in the file; callers wrap it
+/// into a `Corruption` that does.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DecodeError {
     /// Offset inside the decoded buffer where the problem was found.
     pub at: usize,
+    /// What is wrong.
     pub what: &'static str,
 }
 
@@ -25,16 +29,20 @@ impl fmt::Display for DecodeError {
 
 impl std::error::Error for DecodeError {}
 
+/// A cursor over a byte slice: each read takes bytes from the front and
+/// fails, consuming nothing usable, when the slice is too short.
 pub struct Reader<'a> {
     buf: &'a [u8],
     pos: usize,
 }
 
 impl<'a> Reader<'a> {
+    /// A reader at the start of `buf`.
     pub fn new(buf: &'a [u8]) -> Self {
         Reader { buf, pos: 0 }
     }
 
+    /// Bytes read so far (the offset of the next read in the buffer).
     pub fn pos(&self) -> usize {
         self.pos
     }
@@ -44,18 +52,22 @@ impl<'a> Reader<'a> {
         &self.buf[self.pos..]
     }
 
+    /// The number of bytes not read yet.
     pub fn remaining(&self) -> usize {
         self.buf.len() - self.pos
     }
 
+    /// Whether every byte has been read.
     pub fn is_empty(&self) -> bool {
         self.remaining() == 0
     }
 
+    /// A [`DecodeError`] saying `what`, at the current position.
     pub fn err(&self, what: &'static str) -> DecodeError {
         DecodeError { at: self.pos, what }
     }
 
+    /// The next `n` bytes, borrowed from the buffer (no copy).
     pub fn bytes(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
         if n > self.remaining() {
             return Err(self.err("length runs past the end"));
@@ -65,22 +77,27 @@ impl<'a> Reader<'a> {
         Ok(out)
     }
 
+    /// The next byte.
     pub fn u8(&mut self) -> Result<u8, DecodeError> {
         Ok(self.bytes(1)?[0])
     }
 
+    /// The next 4 bytes, little-endian.
     pub fn u32(&mut self) -> Result<u32, DecodeError> {
         Ok(u32::from_le_bytes(
             self.bytes(4)?.try_into().expect("4 bytes"),
         ))
     }
 
+    /// The next 8 bytes, little-endian.
     pub fn u64(&mut self) -> Result<u64, DecodeError> {
         Ok(u64::from_le_bytes(
             self.bytes(8)?.try_into().expect("8 bytes"),
         ))
     }
 
+    /// A LEB128 varint of at most 10 bytes; refuses overlong encodings (a
+    /// trailing zero byte) and values past 64 bits.
     pub fn varint(&mut self) -> Result<u64, DecodeError> {
         let mut value = 0u64;
         for i in 0..10 {
@@ -115,6 +132,8 @@ impl<'a> Reader<'a> {
         self.bytes(n)
     }
 
+    /// Fails unless every byte has been read: a record's body has no
+    /// trailing bytes.
     pub fn expect_end(&self) -> Result<(), DecodeError> {
         if self.remaining() != 0 {
             return Err(self.err("bytes left over after the last field"));
@@ -123,6 +142,8 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// Appends `v` to `out` as a LEB128 varint (1 to 10 bytes), the shortest
+/// encoding, which is the only one [`Reader::varint`] accepts.
 pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         out.push((v as u8) | 0x80);
@@ -131,6 +152,7 @@ pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     out.push(v as u8);
 }
 
+/// The bytes [`put_varint`] takes for `v`.
 pub fn varint_len(mut v: u64) -> usize {
     let mut n = 1;
     while v >= 0x80 {
@@ -140,6 +162,8 @@ pub fn varint_len(mut v: u64) -> usize {
     n
 }
 
+/// Appends `bytes` to `out` after their length as a varint (what
+/// [`Reader::len_bytes`] reads).
 pub fn put_len_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
     put_varint(out, bytes.len() as u64);
     out.extend_from_slice(bytes);

@@ -31,14 +31,19 @@ pub const NO_DEADLINE: Deadline = 0;
 /// deadline is not recorded (a checkpoint names its root without one).
 pub const ANY_DEADLINE: Deadline = 1;
 
-/// A put carries its value's deadline ([`NO_DEADLINE`] for none).
+/// One operation of a commit record, borrowing its key and value (from the
+/// record's body when decoded). A put carries its value's deadline
+/// ([`NO_DEADLINE`] for none).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OpRef<'a> {
+    /// Key, value and deadline: the key holds the value from this commit on.
     Put(&'a [u8], &'a [u8], Deadline),
+    /// Key: the key is absent from this commit on.
     Delete(&'a [u8]),
 }
 
 impl<'a> OpRef<'a> {
+    /// The key the operation writes.
     pub fn key(&self) -> &'a [u8] {
         match *self {
             OpRef::Put(k, ..) | OpRef::Delete(k) => k,
@@ -46,13 +51,18 @@ impl<'a> OpRef<'a> {
     }
 }
 
+/// An operation that owns its key and value: [`OpRef`] kept beyond the
+/// buffer it was decoded from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Op {
+    /// Key, value and deadline ([`NO_DEADLINE`] for none).
     Put(Vec<u8>, Vec<u8>, Deadline),
+    /// Key.
     Delete(Vec<u8>),
 }
 
 impl Op {
+    /// The operation as an [`OpRef`] borrowing from this one.
     pub fn as_ref(&self) -> OpRef<'_> {
         match self {
             Op::Put(k, v, d) => OpRef::Put(k, v, *d),
@@ -60,6 +70,7 @@ impl Op {
         }
     }
 
+    /// The key the operation writes.
     pub fn key(&self) -> &[u8] {
         match self {
             Op::Put(k, ..) | Op::Delete(k) => k,
@@ -78,12 +89,16 @@ const OP_CLEAR: u8 = 4;
 /// A decoded commit record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DecodedCommit<'a> {
+    /// The commit's sequence number (one more than the previous commit's).
     pub seq: u64,
     /// The commit first deletes every key written before it.
     pub clears: bool,
+    /// The operations, sorted by key, one per key, borrowing from the body.
     pub ops: Vec<OpRef<'a>>,
 }
 
+/// The commit record's body format: [`CommitRecord::encode`] and
+/// [`CommitRecord::decode`].
 pub struct CommitRecord;
 
 /// The `synced_through` a commit or checkpoint record body starts with;
@@ -175,6 +190,8 @@ impl CommitRecord {
     }
 }
 
+/// A checkpoint record's body: a durable tree root and the commits it
+/// covers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct CheckpointRecord {
     /// The version the checkpoint took: `pairs` counts its pairs.
@@ -227,6 +244,9 @@ impl CheckpointRecord {
         out.extend_from_slice(&self.root_oldest.to_le_bytes());
     }
 
+    /// Decodes a body [`CheckpointRecord::encode`] wrote, checking that its
+    /// figures agree with one another; `synced_through` is skipped (see
+    /// [`synced_claim`]).
     pub fn decode(body: &[u8]) -> Result<Self, DecodeError> {
         let mut r = Reader::new(body);
         let _synced_through = r.u64()?;

@@ -9,6 +9,10 @@
 //!
 //! See ARCHITECTURE.md, "On-disk format", for the byte layout.
 
+// Every public item says what it does: this crate is published (crates.io),
+// and its API documentation is what its users read.
+#![warn(missing_docs)]
+
 mod blocks;
 pub mod codec;
 mod commit;

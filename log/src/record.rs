@@ -13,6 +13,7 @@
 use crate::codec::DecodeError;
 use std::fmt;
 
+/// Bytes of a record's header, before its body.
 pub const RECORD_HEADER_LEN: usize = 9;
 // The header: the CRC32C (u32), the body's length (u32), the type (u8).
 const _: () = assert!(RECORD_HEADER_LEN == size_of::<u32>() + size_of::<u32>() + size_of::<u8>());
@@ -23,6 +24,7 @@ pub const MAX_RECORD_BODY: usize = 256 << 20;
 // The length field is a u32 (and a record's address offset too).
 const _: () = assert!(MAX_RECORD_BODY <= u32::MAX as usize - RECORD_HEADER_LEN);
 
+/// What a record's body holds: the `type` byte of its header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum RecordType {
@@ -45,6 +47,8 @@ pub enum RecordType {
 }
 
 impl RecordType {
+    /// The type a header's `type` byte names; `None` for a byte no type
+    /// has (which reads as damage).
     pub fn from_u8(b: u8) -> Option<Self> {
         Some(match b {
             1 => Self::SegmentHeader,
@@ -63,11 +67,19 @@ impl RecordType {
 /// by segment, then offset.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct Addr {
+    /// The segment's id.
     pub segment: u32,
+    /// Byte offset of the record's header in the segment.
     pub offset: u32,
 }
 
 impl Addr {
+    /// The address of offset `offset` in segment `segment`.
+    ///
+    /// # Panics
+    ///
+    /// If either is over `u32::MAX` (segments are numbered and sized well
+    /// below it).
     pub fn new(segment: u64, offset: u64) -> Self {
         assert!(
             segment <= u64::from(u32::MAX) && offset <= u64::from(u32::MAX),
@@ -79,6 +91,8 @@ impl Addr {
         }
     }
 
+    /// The address as one integer (segment in the high 32 bits, offset in
+    /// the low), ordered as the addresses are.
     pub fn as_u64(self) -> u64 {
         (u64::from(self.segment) << 32) | u64::from(self.offset)
     }
@@ -94,7 +108,9 @@ impl fmt::Display for Addr {
 /// included), so that it can be read with one positioned read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct PageRef {
+    /// Where the record starts.
     pub addr: Addr,
+    /// The record's length in bytes, header and body.
     pub len: u32,
 }
 // The segment, the offset and the record's length, as `PageRef::encode`
@@ -102,14 +118,19 @@ pub struct PageRef {
 const _: () = assert!(PageRef::ENCODED_LEN == 3 * size_of::<u32>());
 
 impl PageRef {
+    /// Bytes [`PageRef::encode`] writes.
     pub const ENCODED_LEN: usize = 12;
 
+    /// Appends the reference to `out`: segment, offset and length, each a
+    /// little-endian u32.
     pub fn encode(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.addr.segment.to_le_bytes());
         out.extend_from_slice(&self.addr.offset.to_le_bytes());
         out.extend_from_slice(&self.len.to_le_bytes());
     }
 
+    /// Reads what [`PageRef::encode`] wrote, refusing a length no record
+    /// can have and segment 0 (which no segment is).
     pub fn decode(r: &mut crate::Reader<'_>) -> Result<Self, DecodeError> {
         let segment = r.u32()?;
         let offset = r.u32()?;
@@ -128,6 +149,8 @@ impl PageRef {
     }
 }
 
+/// A record's checksum: CRC-32C over its address (`segment` and `offset`,
+/// 8 bytes each, little-endian), `len`, the type byte `ty` and the body.
 pub fn record_crc(segment: u64, offset: u64, len: u32, ty: u8, body: &[u8]) -> u32 {
     let mut pos = [0u8; 16];
     pos[..8].copy_from_slice(&segment.to_le_bytes());
@@ -204,6 +227,7 @@ pub enum RecordError {
 }
 
 impl RecordError {
+    /// The problem in words, for error messages.
     pub fn describe(self) -> &'static str {
         match self {
             RecordError::Truncated => "record runs past the end of the valid data",

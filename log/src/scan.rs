@@ -28,9 +28,13 @@ pub enum ScanEnd {
     Tail,
 }
 
+/// A record a scan found valid (checksum, length and type).
 pub struct ScannedRecord<'a> {
+    /// Where the record starts in its segment.
     pub offset: u64,
+    /// What its body holds.
     pub ty: RecordType,
+    /// The body, borrowed from the scan's buffer until its next record.
     pub body: &'a [u8],
     /// Total length, header included.
     pub len: u64,
@@ -140,6 +144,7 @@ pub fn read_header(
 }
 
 impl SegmentScan {
+    /// The segment's header, read and checked when the scan began.
     pub fn header(&self) -> &SegmentHeader {
         &self.header
     }
@@ -155,6 +160,8 @@ impl SegmentScan {
         self.torn_at
     }
 
+    /// The segment file's length when the scan began (which may run past
+    /// its valid end).
     pub fn file_len(&self) -> u64 {
         self.file_len
     }

@@ -42,6 +42,7 @@ pub const SEGMENT_HEADER_LEN: u64 = (RECORD_HEADER_LEN + BODY_LEN) as u64;
 // engine/tests/data/format-v<N>).
 const _: () = assert!(FORMAT_VERSION != 5 || SEGMENT_HEADER_LEN == 62);
 
+/// Which of the store's two logs a segment belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum SegmentKind {
@@ -51,10 +52,16 @@ pub enum SegmentKind {
     Pages = 2,
 }
 
+/// The first record of every segment: whose segment it is and what comes
+/// before it in its log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SegmentHeader {
+    /// The store the segment belongs to (a segment of another store is
+    /// refused).
     pub store_id: [u8; 16],
+    /// The segment's own id, as its file name says it.
     pub segment: u64,
+    /// Which log it is part of.
     pub kind: SegmentKind,
     /// The previous segment of the same kind, 0 if none.
     pub prev_segment: u64,
@@ -64,6 +71,8 @@ pub struct SegmentHeader {
 }
 
 impl SegmentHeader {
+    /// The whole header record (framing, checksum and body; this format's
+    /// `SEGMENT_HEADER_LEN` bytes), ready to be the segment's first append.
     pub fn encode(&self) -> Vec<u8> {
         let mut body = Vec::with_capacity(BODY_LEN);
         body.extend_from_slice(MAGIC);

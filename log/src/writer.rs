@@ -22,6 +22,7 @@ impl SegmentIds {
         }
     }
 
+    /// The next unused id; fails once ids pass `MAX_SEGMENT_ID`.
     pub fn allocate(&self) -> Result<SegmentId, IoError> {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         if id > MAX_SEGMENT_ID {
@@ -105,10 +106,12 @@ impl SegmentAppender {
         })
     }
 
+    /// The segment being written.
     pub fn id(&self) -> SegmentId {
         self.id
     }
 
+    /// The log the segment belongs to.
     pub fn kind(&self) -> SegmentKind {
         self.kind
     }
@@ -118,10 +121,15 @@ impl SegmentAppender {
         self.written + self.buf.len() as u64
     }
 
+    /// Whether the segment holds nothing, not even its header.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
+    /// Whether a failed write or sync (or [`abandon_from`]) has ended this
+    /// segment: every append to it fails, and the log goes on in a new one.
+    ///
+    /// [`abandon_from`]: Self::abandon_from
     pub fn is_broken(&self) -> bool {
         self.broken
     }
@@ -136,6 +144,7 @@ impl SegmentAppender {
         self.synced
     }
 
+    /// Bytes of records appended but not yet handed to storage.
     pub fn buffered(&self) -> usize {
         self.buf.len()
     }

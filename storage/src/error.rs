@@ -5,13 +5,17 @@ use std::io;
 #[derive(Debug, thiserror::Error)]
 #[error("{op} {target}: {source}")]
 pub struct IoError {
+    /// What was being done (`"append to"`, `"fdatasync"`, `"open"`, ...).
     pub op: &'static str,
+    /// The file or directory it was done to.
     pub target: String,
+    /// The operating system's error.
     #[source]
     pub source: io::Error,
 }
 
 impl IoError {
+    /// An error of `op` on `target`, caused by `source`.
     pub fn new(op: &'static str, target: impl Into<String>, source: io::Error) -> Self {
         IoError {
             op,
@@ -20,6 +24,8 @@ impl IoError {
         }
     }
 
+    /// The kind of the operating system's error (`NotFound`,
+    /// `StorageFull`, ...).
     pub fn kind(&self) -> io::ErrorKind {
         self.source.kind()
     }
@@ -59,6 +65,7 @@ impl fmt::Display for Corruption {
 impl std::error::Error for Corruption {}
 
 impl Corruption {
+    /// Bad bytes in `file` at `offset`; `what` says what is wrong.
     pub fn new(file: impl Into<String>, offset: u64, what: impl Into<String>) -> Self {
         Corruption {
             file: file.into(),
@@ -72,8 +79,10 @@ impl Corruption {
 /// bytes it returned are not what was written.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// The media (or the operating system) failed.
     #[error(transparent)]
     Io(#[from] IoError),
+    /// Bytes read back failed validation.
     #[error(transparent)]
     Corrupt(#[from] Corruption),
 }

@@ -14,6 +14,10 @@
 //!   remembers what was synced, can drop, reorder and tear un-synced writes on
 //!   a simulated crash, and can fail any call with EIO or ENOSPC on purpose.
 
+// Every public item says what it does: this crate is published (crates.io),
+// and its API documentation is what its users read.
+#![warn(missing_docs)]
+
 mod error;
 mod local;
 mod memory;
@@ -87,10 +91,18 @@ pub trait Storage: Send + Sync + Debug {
 
 /// Appends to one segment. Dropping it closes the segment for writing.
 pub trait SegmentWriter: Send {
+    /// Writes `bytes` at the segment's end. Not durable until [`sync`]
+    /// returns; after a failed append the segment's tail is unknown, and the
+    /// caller moves on to a new segment.
+    ///
+    /// [`sync`]: SegmentWriter::sync
     fn append(&mut self, bytes: &[u8]) -> Result<(), IoError>;
+    /// Makes every byte appended so far durable (fdatasync, or the
+    /// backend's equivalent) before returning.
     fn sync(&mut self) -> Result<(), IoError>;
     /// Bytes in the segment, counting every successful append.
     fn len(&self) -> u64;
+    /// Whether nothing has been appended.
     fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -23,6 +23,10 @@ const LOCK_FILE: &str = "LOCK";
 /// under them (`delete_segment`).
 const READERS_FILE: &str = "READERS";
 
+/// A store's files in a local directory: one file per segment, meta blobs
+/// replaced atomically (written aside, fsynced, renamed), and a `LOCK` file
+/// that keeps a second writer out. Creating or deleting a file fsyncs the
+/// directory.
 #[derive(Debug)]
 pub struct LocalDir {
     dir: PathBuf,
@@ -153,6 +157,7 @@ impl LocalDir {
         Ok(store)
     }
 
+    /// The directory the store is in.
     pub fn path(&self) -> &Path {
         &self.dir
     }

@@ -9,6 +9,9 @@ use std::sync::Arc;
 
 type Bytes = Arc<RwLock<Vec<u8>>>;
 
+/// Storage in memory: every write is "durable" at once and gone with the
+/// process. For tests and for stores that need no persistence. Clones share
+/// the same contents.
 #[derive(Debug, Default, Clone)]
 pub struct MemoryStorage {
     inner: Arc<RwLock<MemState>>,
@@ -21,6 +24,7 @@ struct MemState {
 }
 
 impl MemoryStorage {
+    /// Empty storage: no segments, no meta blobs.
     pub fn new() -> Self {
         Self::default()
     }

@@ -52,14 +52,23 @@ impl Fault {
 /// The kinds of call a fault can be aimed at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Op {
+    /// `Storage::list_segments`.
     List,
+    /// `Storage::create_segment`.
     Create,
+    /// `Storage::open_segment`.
     Open,
+    /// `Storage::delete_segment`.
     Delete,
+    /// `Storage::read_meta`.
     ReadMeta,
+    /// `Storage::write_meta`.
     WriteMeta,
+    /// `SegmentWriter::append`.
     Append,
+    /// `SegmentWriter::sync`.
     Sync,
+    /// `SegmentReader::read_at` and `SegmentReader::size`.
     Read,
 }
 
@@ -172,6 +181,7 @@ fn next_random(state: &mut u64) -> u64 {
 }
 
 impl SimStorage {
+    /// An empty simulated disk with no faults armed and seed 0.
     pub fn new() -> Self {
         Self::default()
     }

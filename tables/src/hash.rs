@@ -6,11 +6,14 @@
 /// Which hash an index stores: 4 or 8 bytes a slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HashSize {
+    /// 4-byte hashes, MurmurHash3_x86_32.
     Four,
+    /// 8-byte hashes, the first word of MurmurHash3_x64_128.
     Eight,
 }
 
 impl HashSize {
+    /// Bytes of a stored hash: 4 or 8.
     pub fn bytes(self) -> u32 {
         match self {
             HashSize::Four => 4,
@@ -18,6 +21,8 @@ impl HashSize {
         }
     }
 
+    /// The size an index header's `hash_size` field names; `None` for
+    /// anything but 4 or 8.
     pub fn from_bytes(n: u32) -> Option<HashSize> {
         match n {
             4 => Some(HashSize::Four),
@@ -35,6 +40,8 @@ impl HashSize {
     }
 }
 
+/// MurmurHash3_x86_32 of `key` with `seed`, as the reference implementation
+/// computes it (and sparkey stores for 4-byte hashes).
 pub fn murmur3_x86_32(key: &[u8], seed: u32) -> u32 {
     const C1: u32 = 0xcc9e_2d51;
     const C2: u32 = 0x1b87_3593;

@@ -8,8 +8,10 @@ use crate::limits;
 use std::path::Path;
 
 pub const LOG_MAGIC: u32 = 0x49B3_9C95;
+/// Bytes of a log's (`.spl`) header, before its first entry.
 pub const LOG_HEADER_LEN: usize = 84;
 pub const INDEX_MAGIC: u32 = 0x9A11_318F;
+/// Bytes of an index's (`.spi`) header, before its first slot.
 pub const INDEX_HEADER_LEN: usize = 112;
 // The fields, packed, as `LogHeader::to_bytes` writes them: magic, major, minor,
 // file_identifier (u32 each); num_puts, num_deletes, data_end, max_key_len,
@@ -26,12 +28,17 @@ const _: () = assert!(INDEX_HEADER_LEN == 5 * 4 + 6 * 8 + 2 * 4 + 2 * 8 + 4 + 2 
 /// How a log's data region is stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Compression {
+    /// Entries stored as they are, addressed by byte offset.
     None,
+    /// Blocks of raw snappy, each of at most `compression_block_size`
+    /// uncompressed bytes.
     Snappy,
+    /// Blocks of one zstd frame each (level 3), sizes as for snappy.
     Zstd,
 }
 
 impl Compression {
+    /// The header's code for it: 0 none, 1 snappy, 2 zstd.
     pub fn code(self) -> u32 {
         match self {
             Compression::None => 0,
@@ -40,6 +47,7 @@ impl Compression {
         }
     }
 
+    /// The compression a header's code names; `None` for an unknown code.
     pub fn from_code(c: u32) -> Option<Compression> {
         match c {
             0 => Some(Compression::None),
@@ -49,6 +57,8 @@ impl Compression {
         }
     }
 
+    /// Its name in lower case (`"none"`, `"snappy"`, `"zstd"`), as the
+    /// command line takes it.
     pub fn name(self) -> &'static str {
         match self {
             Compression::None => "none",
@@ -149,18 +159,32 @@ impl<'a> Parse<'a> {
 /// The `.spl` header (spec §1.1).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogHeader {
+    /// Format major version (1).
     pub major: u32,
+    /// Format minor version (0).
     pub minor: u32,
+    /// A random number naming this log; its index carries the same one.
     pub file_identifier: u32,
+    /// PUT entries in the log.
     pub num_puts: u64,
+    /// DELETE entries in the log.
     pub num_deletes: u64,
+    /// Byte offset where the committed data ends (header included);
+    /// anything after it is ignored.
     pub data_end: u64,
+    /// Longest key of any PUT, in bytes.
     pub max_key_len: u64,
+    /// Longest value of any PUT, in bytes.
     pub max_value_len: u64,
+    /// Bytes of the DELETE entries, encoded (before compression).
     pub delete_size: u64,
+    /// How the data is stored.
     pub compression: Compression,
+    /// Most uncompressed bytes of a compressed block (0 when uncompressed).
     pub compression_block_size: u32,
+    /// Bytes of the PUT entries, encoded (before compression).
     pub put_size: u64,
+    /// Most entries starting in one compressed block (0 when uncompressed).
     pub max_entries_per_block: u32,
 }
 
@@ -253,6 +277,7 @@ impl LogHeader {
         Ok(())
     }
 
+    /// The header as it is stored: packed little-endian, magic first.
     pub fn to_bytes(&self) -> [u8; LOG_HEADER_LEN] {
         let mut b = [0u8; LOG_HEADER_LEN];
         b[0..4].copy_from_slice(&LOG_MAGIC.to_le_bytes());
@@ -285,26 +310,49 @@ impl LogHeader {
 /// The `.spi` header (spec §1.4).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IndexHeader {
+    /// Format major version (1).
     pub major: u32,
+    /// Format minor version (1 as written; 0, sparkey's older indexes, is
+    /// read too).
     pub minor: u32,
+    /// The `file_identifier` of the log the index was built from.
     pub file_identifier: u32,
+    /// The seed of every stored hash.
     pub hash_seed: u32,
+    /// The log's `data_end` when the index was built: it covers the entries
+    /// before it.
     pub data_end: u64,
+    /// The log's `max_key_len` then.
     pub max_key_len: u64,
+    /// The log's `max_value_len` then.
     pub max_value_len: u64,
+    /// The log's `num_puts` then.
     pub num_puts: u64,
+    /// Bytes of log entries no lookup reaches: DELETEs and the PUTs later
+    /// entries replaced or deleted.
     pub garbage_size: u64,
+    /// Live keys: occupied slots.
     pub num_entries: u64,
+    /// Bytes of a slot's address: 4 or 8.
     pub address_size: u32,
+    /// Bytes (and function) of a slot's hash.
     pub hash_size: HashSize,
+    /// Slots in the table.
     pub hash_capacity: u64,
+    /// Farthest any entry sits from its hash's home slot, in slots.
     pub max_displacement: u64,
+    /// For a compressed log, how many low bits of an address give the
+    /// entry's ordinal in its block (0 when uncompressed).
     pub entry_block_bits: u32,
+    /// Slots whose stored hash equals the occupied slot's before them
+    /// (sparkey's count).
     pub hash_collisions: u64,
+    /// Sum of every entry's displacement, in slots.
     pub total_displacement: u64,
 }
 
 impl IndexHeader {
+    /// Bytes of one slot: the hash and the address.
     pub fn slot_size(&self) -> u64 {
         u64::from(self.hash_size.bytes() + self.address_size)
     }
@@ -426,6 +474,7 @@ impl IndexHeader {
         Ok(())
     }
 
+    /// The header as it is stored: packed little-endian, magic first.
     pub fn to_bytes(&self) -> [u8; INDEX_HEADER_LEN] {
         let mut b = [0u8; INDEX_HEADER_LEN];
         b[0..4].copy_from_slice(&INDEX_MAGIC.to_le_bytes());

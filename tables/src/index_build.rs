@@ -57,6 +57,7 @@ impl Default for IndexOptions {
 /// What a build did.
 #[derive(Debug, Clone)]
 pub struct BuildReport {
+    /// The header of the index written (or kept, when `unchanged`).
     pub header: IndexHeader,
     /// Regions the slot table was cut into (1: built in memory).
     pub regions: u64,
@@ -65,6 +66,8 @@ pub struct BuildReport {
     /// The partitioned build met a cluster spanning nearly the whole table
     /// and built in memory instead.
     pub fell_back: bool,
+    /// The build started from the previous index and added the entries
+    /// after its `data_end`, instead of reading the whole log.
     pub incremental: bool,
     /// The previous index already covered the whole log: nothing written.
     pub unchanged: bool,

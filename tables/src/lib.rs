@@ -5,17 +5,23 @@
 //! (`BASE.kvsum`) so `verify` finds any flipped byte, and a `rewrite` that
 //! keeps deleted keys deleted.
 //!
-//! ```no_run
+//! ```
 //! use kivi_tables::{Table, TableWriter, WriterOptions};
-//! let mut w = TableWriter::create("/tmp/t", WriterOptions::default())?;
+//! # let dir = tempfile::tempdir().unwrap();
+//! let base = dir.path().join("t"); // t.spl, t.spi and t.kvsum
+//! let mut w = TableWriter::create(&base, WriterOptions::default())?;
 //! w.put(b"key", b"value")?;
 //! w.finish()?;
-//! let t = Table::open("/tmp/t")?;
+//! let t = Table::open(&base)?;
 //! assert_eq!(t.get(b"key")?.as_deref(), Some(&b"value"[..]));
 //! # Ok::<(), kivi_tables::Error>(())
 //! ```
 //!
 //! The format byte for byte, and kivi's additions: ARCHITECTURE.md, "Sealed tables".
+
+// Every public item says what it does: this crate is published (crates.io),
+// and its API documentation is what its users read.
+#![warn(missing_docs)]
 
 mod atomic_file;
 mod block;

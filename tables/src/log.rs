@@ -11,9 +11,12 @@ use crate::vlq;
 use std::borrow::Cow;
 use std::path::Path;
 
+/// What a log entry does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EntryKind {
+    /// Stores a value under a key, replacing an earlier one.
     Put,
+    /// Removes a key.
     Delete,
 }
 

@@ -135,18 +135,22 @@ impl Table {
         })
     }
 
+    /// The log's (`.spl`) header, as read and checked at open.
     pub fn log_header(&self) -> &LogHeader {
         &self.log_header
     }
 
+    /// The index's (`.spi`) header, as read and checked at open.
     pub fn index_header(&self) -> &IndexHeader {
         &self.index_header
     }
 
+    /// The log file opened.
     pub fn log_path(&self) -> &Path {
         &self.log_path
     }
 
+    /// The index file opened.
     pub fn index_path(&self) -> &Path {
         &self.index_path
     }
@@ -156,6 +160,7 @@ impl Table {
         self.index_header.num_entries
     }
 
+    /// Whether the table holds no live key.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -324,6 +329,7 @@ impl Table {
         }
     }
 
+    /// The index's hash size.
     pub fn hash_size(&self) -> HashSize {
         self.index_header.hash_size
     }
@@ -357,6 +363,8 @@ pub struct TableIter<'t> {
 }
 
 impl TableIter<'_> {
+    /// The next live pair (key, value), borrowed until the next call;
+    /// `Ok(None)` after the last. Fails on a damaged entry.
     #[allow(clippy::should_implement_trait)] // lends borrowed pairs, which `Iterator` cannot
     pub fn next(&mut self) -> Result<Option<(&[u8], &[u8])>> {
         let bits = self.table.index_header.entry_block_bits;

@@ -21,18 +21,25 @@ pub enum CheckKind {
     Checksummed,
 }
 
+/// What `verify` checked and found.
 #[derive(Debug, Clone)]
 pub struct VerifyReport {
+    /// Whether the sidecar's checksums were checked too.
     pub kind: CheckKind,
+    /// One line per problem, naming the file and where. Empty when sound.
     pub problems: Vec<String>,
     /// Log entries read, blocks decompressed, live pairs found.
     pub entries: u64,
+    /// Compressed blocks decompressed (0 for an uncompressed log).
     pub blocks: u64,
+    /// Live pairs found.
     pub live: u64,
+    /// Index slots checked (all of them).
     pub slots: u64,
 }
 
 impl VerifyReport {
+    /// Whether no problem was found.
     pub fn is_ok(&self) -> bool {
         self.problems.is_empty()
     }

@@ -25,9 +25,11 @@ use std::path::{Path, PathBuf};
 /// How to write a table.
 #[derive(Debug, Clone)]
 pub struct WriterOptions {
+    /// How the log's data is stored (default: uncompressed).
     pub compression: Compression,
     /// Uncompressed bytes per compression block (ignored when uncompressed).
     pub block_size: u32,
+    /// How the index is built (memory limit, temporary files).
     pub index: IndexOptions,
     /// Write the checksum sidecar (`BASE.kvsum`); on by default.
     pub sidecar: bool,
@@ -47,8 +49,11 @@ impl Default for WriterOptions {
 /// What `finish` wrote.
 #[derive(Debug, Clone)]
 pub struct TableInfo {
+    /// The log's header as written.
     pub log: LogHeader,
+    /// The index's header as written.
     pub index: IndexHeader,
+    /// How the index was built.
     pub build: BuildReport,
 }
 
@@ -111,6 +116,9 @@ impl TableWriter {
         })
     }
 
+    /// Appends a PUT of `value` under `key`; a later PUT or DELETE of the
+    /// key wins. Fails with [`Error::TooLarge`] past the key or value limit
+    /// ([`limits`](crate::limits)).
     pub fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
         check_len("key", key.len(), MAX_KEY_LEN)?;
         check_len("value", value.len(), MAX_VALUE_LEN)?;
@@ -123,6 +131,7 @@ impl TableWriter {
         Ok(())
     }
 
+    /// Appends a DELETE of `key`: a PUT of it before is no longer found.
     pub fn delete(&mut self, key: &[u8]) -> Result<()> {
         check_len("key", key.len(), MAX_KEY_LEN)?;
         let len = self.add(0, key.len() as u64, key, &[])?;

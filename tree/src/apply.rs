@@ -67,6 +67,8 @@ impl Default for TreeConfig {
 
 /// Result of applying a batch.
 pub struct Applied {
+    /// The new tree's root (`None`: the batch left the tree empty). The old
+    /// root still reads the tree as it was.
     pub root: Option<Arc<Node>>,
     /// Change in the number of pairs.
     pub pairs_delta: i64,

@@ -11,10 +11,14 @@ use crate::read::leaf_entries;
 use kivi_log::NO_DEADLINE;
 use std::sync::Arc;
 
+/// What [`check_tree`](crate::check_tree) read and found.
 #[derive(Debug, Default, Clone)]
 pub struct CheckReport {
+    /// Pages read (delta pages included).
     pub pages: u64,
+    /// Out-of-line values read.
     pub blobs: u64,
+    /// Key-value pairs the tree holds.
     pub pairs: u64,
     /// Of the pairs, values with a deadline (expired or not).
     pub deadlines: u64,

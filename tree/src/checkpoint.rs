@@ -33,14 +33,18 @@ pub trait PageSink {
 /// Counts of what a checkpoint wrote.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct WriteStats {
+    /// Page records written (delta pages included).
     pub pages: u64,
     /// Of those, delta pages (a leaf's changes over its base page).
     pub deltas: u64,
+    /// Out-of-line value records written.
     pub blobs: u64,
+    /// Bytes of every record written, headers included.
     pub bytes: u64,
-    /// Of those, records that were already durable and were copied because
-    /// they lay in a segment being cleaned, and their bytes.
+    /// Of the records, those that were already durable and were copied
+    /// because they lay in a segment being cleaned.
     pub relocated: u64,
+    /// Bytes of the `relocated` records.
     pub relocated_bytes: u64,
 }
 
@@ -49,6 +53,7 @@ pub struct WriteStats {
 /// places; once the checkpoint is durable, [`release_written`] re-points it.
 #[derive(Debug, Default)]
 pub struct TreeWrite {
+    /// Where the root was written (`None` for an empty tree).
     pub root: Option<DiskRef>,
     /// Old page address (`Addr::as_u64`) -> new place, for pages reached
     /// through a page reference (nodes not in memory).
@@ -70,6 +75,8 @@ pub struct TreeWrite {
 }
 
 impl TreeWrite {
+    /// Whether the checkpoint copied no record out of a segment being
+    /// cleaned and rebased no leaf: nothing in memory needs re-pointing.
     pub fn is_relocation_free(&self) -> bool {
         self.pages.is_empty() && self.blobs.is_empty() && self.rebased.is_empty()
     }

@@ -205,11 +205,15 @@ const _: () = assert!(align_of::<Slot>() <= align_of::<u64>());
 /// A value as found in a leaf.
 #[derive(Debug, Clone, Copy)]
 pub enum ValueRef<'a> {
+    /// A value stored inside the leaf (at most `INLINE_VALUE_MAX` bytes).
     Inline(&'a [u8]),
+    /// A larger value, stored as a blob record of its own; its bytes may be
+    /// in memory or need a read (`Pager::read_big`).
     Big(&'a Arc<BigValue>),
 }
 
 impl ValueRef<'_> {
+    /// The value's length in bytes (no read needed for a big one).
     pub fn len(&self) -> usize {
         match self {
             ValueRef::Inline(v) => v.len(),
@@ -217,6 +221,7 @@ impl ValueRef<'_> {
         }
     }
 
+    /// Whether the value is empty (zero bytes).
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -11,6 +11,10 @@
 //! - `written`: which checkpoint generations are durable, and where each
 //!   node was written by which.
 
+// Every public item says what it does: this crate is published (crates.io),
+// and its API documentation is what its users read.
+#![warn(missing_docs)]
+
 mod apply;
 mod check;
 mod checkpoint;

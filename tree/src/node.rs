@@ -32,9 +32,14 @@ use std::sync::{Arc, OnceLock};
 /// that expired keys are found without visiting subtrees that hold none.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct DiskRef {
+    /// The page record.
     pub page: PageRef,
+    /// Bytes of every record reachable from the page, the page included.
     pub subtree: u64,
+    /// The oldest segment holding any of those records.
     pub oldest: u32,
+    /// No later than the earliest deadline in the subtree (`NO_DEADLINE`:
+    /// no value has one).
     pub earliest: kivi_log::Deadline,
 }
 
@@ -380,6 +385,8 @@ impl Patches {
     }
 }
 
+/// A node of the tree in memory: a leaf (level 0) or an internal node,
+/// immutable once shared; a change makes new nodes along its path.
 #[derive(Debug)]
 pub struct Node {
     level: u8,
@@ -505,6 +512,8 @@ impl Node {
         true
     }
 
+    /// Whether the node is counted as resident (kept in memory in the tree,
+    /// outside the page cache) now.
     pub fn is_resident(&self) -> bool {
         self.resident.get().is_some() && !self.resident_done.load(AtomicOrdering::Relaxed)
     }
@@ -562,6 +571,12 @@ impl Node {
         own as u64
     }
 
+    /// An internal node at `level` (at least 1) over `base`'s separators and
+    /// children, with `patches` replacing some of the children.
+    ///
+    /// # Panics
+    ///
+    /// If `level` is 0.
     pub fn internal(level: u8, base: Arc<InternalData>, patches: Option<Arc<Patches>>) -> Self {
         assert!(level > 0, "internal node at level 0");
         let mem = std::mem::size_of::<Node>()
@@ -585,14 +600,17 @@ impl Node {
         }
     }
 
+    /// The node's height above the leaves (0 for a leaf).
     pub fn level(&self) -> u8 {
         self.level
     }
 
+    /// Whether the node is a leaf (level 0).
     pub fn is_leaf(&self) -> bool {
         self.level == 0
     }
 
+    /// What the node holds: a leaf's entries or an internal node's children.
     pub fn body(&self) -> &Body {
         &self.body
     }
@@ -636,6 +654,11 @@ impl Node {
         }
     }
 
+    /// An internal node's base (separators and children, before patches).
+    ///
+    /// # Panics
+    ///
+    /// On a leaf.
     pub fn internal_base(&self) -> &Arc<InternalData> {
         match &self.body {
             Body::Internal { base, .. } => base,

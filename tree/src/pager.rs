@@ -27,16 +27,24 @@ impl Weighter<u64, Arc<Node>> for NodeWeight {
 /// Counters for `stats`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PagerStats {
+    /// Bytes of pages in the cache now.
     pub cache_bytes: u64,
+    /// The cache's budget in bytes (the memory budget less the resident
+    /// nodes').
     pub cache_capacity: u64,
     /// Bytes of written nodes kept in memory in the tree, outside the cache.
     pub resident_bytes: u64,
     /// Bytes of nodes changes made that no durable checkpoint has written.
     pub dirty_bytes: u64,
+    /// Pages in the cache now.
     pub cache_pages: u64,
+    /// Lookups the cache answered.
     pub hits: u64,
+    /// Lookups the cache did not answer.
     pub misses: u64,
+    /// Page records read from storage.
     pub page_reads: u64,
+    /// Blob records (out-of-line values) read from storage.
     pub blob_reads: u64,
 }
 
@@ -47,6 +55,9 @@ pub struct PagerStats {
 /// segment not kept open; bounded file handles matter more.
 pub const MAX_OPEN_SEGMENTS: usize = 256;
 
+/// Reads pages and blobs from storage for the tree, through a page cache
+/// bounded in bytes, and keeps the books of what memory the tree's nodes
+/// hold (cached, resident, dirty) and which checkpoints are durable.
 pub struct Pager {
     storage: Arc<dyn Storage>,
     cache: Cache<u64, Arc<Node>, NodeWeight>,
@@ -86,6 +97,8 @@ impl std::fmt::Debug for Pager {
 }
 
 impl Pager {
+    /// A pager reading `storage`, with `cache_bytes` of memory for the cache
+    /// and the resident nodes together (at least 1).
     pub fn new(storage: Arc<dyn Storage>, cache_bytes: u64) -> Self {
         // Estimated item count only sizes the hash table; weight is the limit.
         let items = (cache_bytes / 2048).clamp(64, 1 << 22) as usize;
@@ -104,6 +117,7 @@ impl Pager {
         }
     }
 
+    /// The storage it reads.
     pub fn storage(&self) -> &Arc<dyn Storage> {
         &self.storage
     }
@@ -240,6 +254,7 @@ impl Pager {
         }
     }
 
+    /// The counters and sizes as of now.
     pub fn stats(&self) -> PagerStats {
         PagerStats {
             cache_bytes: self.cache.weight(),

@@ -391,6 +391,8 @@ pub struct Cursor {
 const READ_AHEAD_MAX: usize = 32;
 
 impl Cursor {
+    /// A cursor over the tree under `root` (`None`: an empty tree), on no
+    /// entry until it seeks.
     pub fn new(root: Option<Arc<Node>>) -> Self {
         Cursor {
             root,
@@ -406,17 +408,29 @@ impl Cursor {
         }
     }
 
+    /// Whether the cursor is on an entry (a seek or step found one).
     #[inline]
     pub fn is_valid(&self) -> bool {
         self.at.is_some()
     }
 
+    /// The key of the entry the cursor is on.
+    ///
+    /// # Panics
+    ///
+    /// If it is on none ([`Cursor::is_valid`] is false).
     #[inline]
     pub fn key(&self) -> &[u8] {
         let at = self.at.expect("cursor not on an entry");
         self.view.key(at)
     }
 
+    /// The value of the entry the cursor is on (a big value unread; see
+    /// [`ValueRef`]).
+    ///
+    /// # Panics
+    ///
+    /// If it is on none.
     #[inline]
     pub fn value(&self) -> ValueRef<'_> {
         let at = self.at.expect("cursor not on an entry");

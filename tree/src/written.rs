@@ -19,6 +19,7 @@ impl Durable {
         Durable { up_to, failed }
     }
 
+    /// Whether what checkpoint `generation` wrote is durable.
     pub fn holds(&self, generation: u64) -> bool {
         generation <= self.up_to && self.failed.binary_search(&generation).is_err()
     }
