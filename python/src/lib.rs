@@ -429,10 +429,11 @@ impl Db {
     //
     // Detached from the interpreter, as every call that may read from disk,
     // so that other threads run while a cold get waits for the disk. On a
-    // warm cache that costs nothing measurable: 100k keys of 16 bytes with
-    // 100-byte values, best of 40 runs of 100k random gets on one thread
-    // (a loaded 2-core machine): 749-921 ns a get detached, 758-886 ns
-    // attached, alternating builds; the difference is inside the noise.
+    // warm cache that costs little: 100k keys of 16 bytes with 100-byte
+    // values, best of 40 runs of 100k random gets on one thread, five
+    // alternating runs of each build on a 2-core VM: 749-921 ns a get
+    // detached, 707-886 ns attached. The best runs differ by ~40 ns (~6%),
+    // less than the spread between runs of one build.
     fn get<'py>(
         &self,
         py: Python<'py>,
