@@ -7,8 +7,8 @@
 # LevelDB), strace, redis-tools and python3-venv; pip installs redis-py,
 # pytest, cachelib (a cache library that stores through Redis, tested against
 # kivi), prometheus_client (whose parser reads `kivi serve --metrics`) and
-# maturin (which builds the Python package, python/) into a virtual
-# environment under target/.
+# maturin (which builds the Python package, python/), plyvel, rocksdict and
+# lmdb (the Python benchmark's peers) into a virtual environment under target/.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -58,6 +58,11 @@ KIVI_BIN=target/release/kivi "$venv/bin/python" -m pytest -q tests/server
     "$venv/bin/python" -m pip install --quiet 'maturin>=1.9,<2'
 PATH="$PWD/$venv/bin:$PATH" "$venv/bin/python" -m pip install --quiet --no-build-isolation ./python
 "$venv/bin/python" -m pytest -q -p no:cacheprovider python/tests
+# The Python benchmark works, beside plyvel, rocksdict and py-lmdb (tiny;
+# wheels from PyPI into the same venv).
+"$venv/bin/python" -c 'import plyvel, rocksdict, lmdb' 2>/dev/null ||
+    "$venv/bin/python" -m pip install --quiet plyvel rocksdict lmdb
+"$venv/bin/python" bench/python/compare.py --n 10000 --dir "$(mktemp -d)/bench-python" >/dev/null
 # The benchmark suite works, on every store (a tiny run; real numbers come
 # from docs/benchmarks.md).
 cargo run --release --locked --quiet -p kivi-cli --features peers -- \
