@@ -10,18 +10,8 @@ Keys and values are bytes (or bytearray, memoryview); ``str`` raises
 ``TypeError``. Every write is durable when it returns.
 """
 
-from ._errors import (
-    ClosedError,
-    ConditionFailed,
-    CorruptionError,
-    DiskFullError,
-    Error,
-    InvalidArgumentError,
-    LockedError,
-    NotAStoreError,
-    ReadOnlyError,
-    StorageError,
-)
+from . import _errors
+from ._errors import *  # noqa: F403 (the exception classes, listed in _errors.__all__)
 from ._kivi import MAX_KEY_LEN, MAX_VALUE_LEN, Db, Iter, Snapshot, Table, TableIterator, WriteBatch
 
 __all__ = [
@@ -33,16 +23,7 @@ __all__ = [
     "TableIterator",
     "MAX_KEY_LEN",
     "MAX_VALUE_LEN",
-    "Error",
-    "ClosedError",
-    "CorruptionError",
-    "InvalidArgumentError",
-    "NotAStoreError",
-    "ReadOnlyError",
-    "StorageError",
-    "DiskFullError",
-    "LockedError",
-    "ConditionFailed",
+    *_errors.__all__,
 ]
 
 # Show the exceptions as kivi.Error, ... (not kivi._errors.Error).
