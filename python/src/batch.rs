@@ -42,13 +42,7 @@ impl WriteBatch {
             bytes_arg(key, "key")?.into_vec(),
             bytes_arg(value, "value")?.into_vec(),
         );
-        let d = deadline_after_now(ttl)?;
-        let mut b = self.inner.lock();
-        let op = b.put(k, v).map_err(db_err)?;
-        if d.is_some() {
-            op.with_deadline(d).map_err(db_err)?;
-        }
-        Ok(())
+        self.add_value(ttl, |b| b.put(k, v).map(drop))
     }
 
     /// Removes `key`.
@@ -72,13 +66,7 @@ impl WriteBatch {
             bytes_arg(expected, "expected")?.into_vec(),
             bytes_arg(value, "value")?.into_vec(),
         );
-        let d = deadline_after_now(ttl)?;
-        let mut b = self.inner.lock();
-        let op = b.compare_and_swap(k, e, v).map_err(db_err)?;
-        if d.is_some() {
-            op.with_deadline(d).map_err(db_err)?;
-        }
-        Ok(())
+        self.add_value(ttl, |b| b.compare_and_swap(k, e, v).map(drop))
     }
 
     /// Condition: `key` holds `expected`; then it is deleted.
@@ -107,13 +95,7 @@ impl WriteBatch {
             bytes_arg(key, "key")?.into_vec(),
             bytes_arg(value, "value")?.into_vec(),
         );
-        let d = deadline_after_now(ttl)?;
-        let mut b = self.inner.lock();
-        let op = b.insert_if_absent(k, v).map_err(db_err)?;
-        if d.is_some() {
-            op.with_deadline(d).map_err(db_err)?;
-        }
-        Ok(())
+        self.add_value(ttl, |b| b.insert_if_absent(k, v).map(drop))
     }
 
     /// Condition: `key` is present; then its value is replaced by `value`.
@@ -128,13 +110,7 @@ impl WriteBatch {
             bytes_arg(key, "key")?.into_vec(),
             bytes_arg(value, "value")?.into_vec(),
         );
-        let d = deadline_after_now(ttl)?;
-        let mut b = self.inner.lock();
-        let op = b.update_if_present(k, v).map_err(db_err)?;
-        if d.is_some() {
-            op.with_deadline(d).map_err(db_err)?;
-        }
-        Ok(())
+        self.add_value(ttl, |b| b.update_if_present(k, v).map(drop))
     }
 
     /// Drops every operation.
@@ -183,5 +159,23 @@ impl WriteBatch {
             }
         }
         Ok(false)
+    }
+}
+
+impl WriteBatch {
+    /// Adds one operation that writes a value (`add`), then gives that value
+    /// the deadline `ttl` seconds from now, if there is one.
+    fn add_value(
+        &self,
+        ttl: Option<f64>,
+        add: impl FnOnce(&mut EngineBatch) -> kivi::Result<()>,
+    ) -> PyResult<()> {
+        let deadline = deadline_after_now(ttl)?;
+        let mut b = self.inner.lock();
+        add(&mut b).map_err(db_err)?;
+        if deadline.is_some() {
+            b.with_deadline(deadline).map_err(db_err)?;
+        }
+        Ok(())
     }
 }
