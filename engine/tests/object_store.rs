@@ -1,0 +1,128 @@
+//! The engine on an object store (kivi-object-storage over object_store's
+//! in-memory store): what is acknowledged is found by the next writer, on a
+//! cache of its own; the writer it takes over from can commit nothing more;
+//! one group commit is one request.
+
+use kivi::{Db, Options, WriteBatch};
+use kivi_object_storage::{Config, ObjectStorage};
+use object_store::memory::InMemory;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+fn storage(store: &Arc<InMemory>) -> ObjectStorage {
+    ObjectStorage::open(store.clone(), "db", "memory://db", Config::default()).unwrap()
+}
+
+/// Small sizes, so that a few thousand writes roll segments, take
+/// checkpoints, clean page segments and delete commit segments.
+fn small() -> Options {
+    Options {
+        segment_bytes: 256 << 10,
+        checkpoint_bytes: 128 << 10,
+        write_buffer_bytes: 256 << 10,
+        cache_bytes: 1 << 20,
+        ..Options::default()
+    }
+}
+
+fn open(storage: &ObjectStorage) -> Db {
+    Db::open_with_storage(Arc::new(storage.clone()), small()).unwrap()
+}
+
+fn key(i: u64) -> Vec<u8> {
+    format!("key{:08}", i * 7919 % 10_007).into_bytes()
+}
+
+fn assert_holds(db: &Db, model: &BTreeMap<Vec<u8>, Vec<u8>>) {
+    for (k, v) in model {
+        assert_eq!(
+            db.get(k).unwrap().as_ref(),
+            Some(v),
+            "{}",
+            String::from_utf8_lossy(k)
+        );
+    }
+    let all: Vec<(Vec<u8>, Vec<u8>)> = db.range::<&[u8], _>(..).map(|r| r.unwrap()).collect();
+    let expected: Vec<(Vec<u8>, Vec<u8>)> = model.clone().into_iter().collect();
+    assert_eq!(all.len(), expected.len());
+    assert!(all == expected, "a scan differs from the model");
+}
+
+#[test]
+fn every_acknowledged_write_survives_a_takeover_and_a_fresh_cache() {
+    let store = Arc::new(InMemory::new());
+    let first = storage(&store);
+    let db = open(&first);
+    let mut model = BTreeMap::new();
+    for round in 0..40u64 {
+        let mut batch = WriteBatch::new();
+        for i in round * 100..round * 100 + 100 {
+            let value = format!(
+                "value {i} of round {round} {}",
+                "x".repeat((i % 200) as usize)
+            );
+            batch.put(key(i), value.clone()).unwrap();
+            model.insert(key(i), value.into_bytes());
+        }
+        if round % 3 == 0 {
+            for i in (round * 50..round * 50 + 20).step_by(2) {
+                batch.delete(key(i)).unwrap();
+                model.remove(&key(i));
+            }
+        }
+        db.write(batch).unwrap();
+    }
+    db.put(b"last", b"acknowledged").unwrap();
+    model.insert(b"last".to_vec(), b"acknowledged".to_vec());
+    let stats = db.stats().unwrap();
+    assert!(
+        stats.checkpoints >= 2,
+        "the test means to cover checkpoints: {stats:?}"
+    );
+
+    // A second writer opens the store while the first is still running, as
+    // a restart after kill -9 would (nothing was closed), on an empty cache.
+    let second = storage(&store);
+    assert!(second.cache().bytes() > 0, "the log read at open is cached");
+    let db2 = open(&second);
+    assert_holds(&db2, &model);
+
+    // The first writer's next commit fails, and so does every later one.
+    let err = db.put(b"late", b"never acknowledged").unwrap_err();
+    assert!(
+        err.to_string().contains("another writer took over"),
+        "{err}"
+    );
+    assert!(first.fenced().is_some());
+    assert!(db.put(b"later", b"no").is_err());
+    drop(db);
+
+    db2.put(b"after", b"takeover").unwrap();
+    model.insert(b"after".to_vec(), b"takeover".to_vec());
+    db2.close().unwrap();
+
+    let third = storage(&store);
+    let db3 = open(&third);
+    assert_holds(&db3, &model);
+    assert_eq!(db3.get(b"late").unwrap(), None);
+    let report = db3.check().unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    db3.close().unwrap();
+}
+
+#[test]
+fn one_group_commit_is_one_conditional_put_and_no_listing() {
+    let store = Arc::new(InMemory::new());
+    let s = storage(&store);
+    let db = Db::open_with_storage(Arc::new(s.clone()), Options::default()).unwrap();
+    db.put(b"warm", b"up").unwrap(); // the first write starts a commit segment
+    let before = s.requests();
+    for i in 0..100u32 {
+        db.put(&i.to_be_bytes(), b"v").unwrap();
+    }
+    let after = s.requests();
+    assert_eq!(after.puts - before.puts, 100, "{before:?} -> {after:?}");
+    assert_eq!(after.lists, before.lists, "a commit lists nothing");
+    assert_eq!(after.gets, before.gets, "a commit reads nothing");
+    db.close().unwrap();
+}

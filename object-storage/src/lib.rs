@@ -1,0 +1,987 @@
+//! kivi's object-store backend: a store's segments as immutable objects on
+//! S3 or any S3-compatible service (through the `object_store` crate, whose
+//! in-memory and local-filesystem stores serve for tests), with exactly one
+//! writer at a time.
+//!
+//! [`ObjectStorage`] implements [`kivi_storage::Storage`], so the engine runs
+//! on it unchanged:
+//!
+//! - **Commit segments live in the log**, a sequence of numbered objects
+//!   created only if absent (`PUT` with `If-None-Match: *`). Syncing a
+//!   commit segment puts one log entry holding the bytes appended since the
+//!   last sync: one group commit is one conditional put, acknowledged only
+//!   once the object exists. Creating and deleting a commit segment are log
+//!   entries too.
+//! - **Fencing**: a writer that opens the store reads the log to its end (the
+//!   first number with no object; no listing decides it) and creates the
+//!   object there: a *fence*. The writer it displaces, whatever it was doing,
+//!   next puts at a number the fence or its successors already hold, fails,
+//!   and stops writing for good. Fences are never deleted.
+//! - **Page segments** are *chunks*, objects named by their offset, written
+//!   as the segment fills and when it is synced, beside a marker object that
+//!   says the segment exists.
+//! - **A bounded cache on local disk** ([`DiskCache`]) holds blocks of
+//!   objects written and read, so reads of recent data make no request.
+//!
+//! The format of every object is in `format.rs`; ARCHITECTURE.md gives the
+//! protocol and what a crash or a pause at each step leaves.
+
+#![warn(missing_docs)]
+
+mod cache;
+#[cfg(feature = "faults")]
+pub mod faults;
+mod format;
+mod remote;
+
+pub use cache::DiskCache;
+pub use remote::RequestCounts;
+
+use bytes::Bytes;
+use format::{Entry, EntryKind, PageObject, CHUNK_HEADER, DEAD_ZONE, LOG_HEADER};
+use kivi_storage::{
+    segment_file_name, Corruption, Error, IoError, SegmentId, SegmentReader, SegmentWriter,
+    StepHook, Storage,
+};
+use object_store::ObjectStore;
+use parking_lot::{Mutex, RwLock};
+use remote::{other, Created, Remote};
+use std::collections::{BTreeMap, BTreeSet};
+use std::io;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Bytes of a page segment gathered before they are put as one chunk. Page
+/// segments are synced once per checkpoint, so most chunks are this size.
+pub const PAGE_CHUNK: usize = 8 << 20;
+
+/// Log entries fetched at once while a store opens.
+const READ_AHEAD: u64 = 32;
+
+/// How a store on an object store is opened.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Where the local cache keeps its blocks (emptied at open); a temporary
+    /// directory when `None`.
+    pub cache_dir: Option<PathBuf>,
+    /// The most bytes the local cache holds.
+    pub cache_bytes: u64,
+    /// Open without claiming the writer's role: nothing is written, no
+    /// writer is fenced.
+    pub read_only: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            cache_dir: None,
+            cache_bytes: 1 << 30,
+            read_only: false,
+        }
+    }
+}
+
+/// A store on an object store. See the crate's documentation.
+#[derive(Debug, Clone)]
+pub struct ObjectStorage {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    remote: Remote,
+    cache: DiskCache,
+    /// This process's random id, in everything it writes.
+    writer: [u8; 16],
+    read_only: bool,
+    log: Mutex<LogState>,
+    /// Every segment there is, by id.
+    segments: RwLock<BTreeMap<SegmentId, Arc<Segment>>>,
+}
+
+#[derive(Debug, Default)]
+struct LogState {
+    /// This writer's fence: its epoch.
+    epoch: u64,
+    /// The number the next entry is put at.
+    next: u64,
+    /// Set once another writer fenced this one: why writes fail.
+    fenced: Option<String>,
+    /// The oldest number still read at open (`start/` objects).
+    start: u64,
+    /// Whether a `start/` object holds `start` (none does for 0).
+    start_marked: bool,
+    /// Entries (and stray objects) known at `start` or later, for deleting
+    /// the ones no live segment needs; fences are never deleted.
+    present: BTreeMap<u64, EntryKind>,
+    /// Each live commit segment's `Create` entry.
+    created_at: BTreeMap<SegmentId, u64>,
+}
+
+/// What a segment is made of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Commit,
+    Page,
+}
+
+#[derive(Debug)]
+struct Segment {
+    id: SegmentId,
+    kind: Kind,
+    bytes: RwLock<SegmentBytes>,
+}
+
+#[derive(Debug, Default)]
+struct SegmentBytes {
+    /// The stored pieces, in offset order, without gaps.
+    chunks: Vec<Chunk>,
+    /// Bytes appended after the last chunk, not stored yet.
+    pending: Vec<u8>,
+}
+
+impl SegmentBytes {
+    fn stored_len(&self) -> u64 {
+        self.chunks.last().map_or(0, |c| c.offset + c.len)
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Chunk {
+    /// Where its payload starts in the segment.
+    offset: u64,
+    len: u64,
+    /// The object (name relative to the prefix) and where the payload starts in it.
+    object: String,
+    header: u64,
+}
+
+fn read_only_error(op: &'static str, target: String) -> IoError {
+    IoError::new(
+        op,
+        target,
+        io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            "the store is open read-only",
+        ),
+    )
+}
+
+impl ObjectStorage {
+    /// Opens the store at `url`: `s3://bucket/prefix` (endpoint, region and
+    /// credentials from the usual `AWS_*` variables: `AWS_ENDPOINT`,
+    /// `AWS_REGION`, `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
+    /// `AWS_ALLOW_HTTP`), `file:///path` or `memory://` (a fresh, empty
+    /// store of this process's own).
+    pub fn open_url(url: &str, config: Config) -> Result<ObjectStorage, Error> {
+        let bad = |why: String| {
+            Error::Io(IoError::new(
+                "open",
+                url.to_string(),
+                io::Error::new(io::ErrorKind::InvalidInput, why),
+            ))
+        };
+        let parsed = url::Url::parse(url).map_err(|e| bad(format!("not a URL: {e}")))?;
+        let (store, prefix): (Arc<dyn ObjectStore>, String) = match parsed.scheme() {
+            "s3" => {
+                let bucket = parsed
+                    .host_str()
+                    .ok_or_else(|| bad("an s3 URL names a bucket: s3://bucket/prefix".into()))?;
+                let s3 = object_store::aws::AmazonS3Builder::from_env()
+                    .with_bucket_name(bucket)
+                    .build()
+                    .map_err(|e| bad(e.to_string()))?;
+                (Arc::new(s3), parsed.path().trim_matches('/').to_string())
+            }
+            "file" => {
+                let fs = object_store::local::LocalFileSystem::new();
+                (Arc::new(fs), parsed.path().trim_matches('/').to_string())
+            }
+            "memory" => (
+                Arc::new(object_store::memory::InMemory::new()),
+                parsed.path().trim_matches('/').to_string(),
+            ),
+            other => return Err(bad(format!("no object store for scheme {other}:"))),
+        };
+        Self::open(store, &prefix, url.trim_end_matches('/'), config)
+    }
+
+    /// Opens the store under `prefix` in `store`; `label` names it in
+    /// messages. A writable open reads the log to its end and fences it:
+    /// from here on, any other writer's next commit fails.
+    pub fn open(
+        store: Arc<dyn ObjectStore>,
+        prefix: &str,
+        label: &str,
+        config: Config,
+    ) -> Result<ObjectStorage, Error> {
+        let prefix = object_store::path::Path::from(prefix);
+        let remote = Remote::new(store, prefix, label.to_string())?;
+        let cache = DiskCache::new(config.cache_dir.as_deref(), config.cache_bytes)
+            .map_err(|e| IoError::new("open the cache in", format!("{:?}", config.cache_dir), e))?;
+        let inner = Arc::new(Inner {
+            remote,
+            cache,
+            writer: rand::random(),
+            read_only: config.read_only,
+            log: Mutex::new(LogState::default()),
+            segments: RwLock::new(BTreeMap::new()),
+        });
+        inner.load()?;
+        Ok(ObjectStorage { inner })
+    }
+
+    /// Requests made and bytes moved since the store was opened.
+    pub fn requests(&self) -> RequestCounts {
+        self.inner.remote.counters.snapshot()
+    }
+
+    /// The local cache.
+    pub fn cache(&self) -> &DiskCache {
+        &self.inner.cache
+    }
+
+    /// Why this writer can no longer write, once another writer fenced it.
+    pub fn fenced(&self) -> Option<String> {
+        self.inner.log.lock().fenced.clone()
+    }
+}
+
+impl Inner {
+    fn corrupt(&self, object: &str, what: impl Into<String>) -> Error {
+        Error::Corrupt(Corruption::new(self.remote.target(object), 0, what))
+    }
+
+    /// Reads what the store holds: the page segments (one listing), the log
+    /// from its start to its end (read, not listed), and, for a writer,
+    /// fences the log.
+    fn load(&self) -> Result<(), Error> {
+        let mut log = self.log.lock();
+        let mut segments = self.segments.write();
+        // The log's start: the newest `start/` object (each deletion of old
+        // entries creates one first; an old writer cannot move it back).
+        for (name, _) in self.remote.list("start")? {
+            if let Some(n) = name
+                .strip_prefix("start/")
+                .and_then(|d| d.parse::<u64>().ok())
+            {
+                log.start = log.start.max(n);
+                log.start_marked = true;
+            }
+        }
+        // Entries of earlier writers in a fence's dead zone: listed only to be deleted.
+        let listed: BTreeSet<u64> = self
+            .remote
+            .list("log")?
+            .into_iter()
+            .filter_map(|(name, _)| format::parse_log_name(&name))
+            .filter(|&n| n >= log.start)
+            .collect();
+        let mut epoch = None::<u64>;
+        let mut n = log.start;
+        let mut fetched: BTreeMap<u64, Option<Bytes>> = BTreeMap::new();
+        loop {
+            if !fetched.contains_key(&n) {
+                let names: Vec<String> = (n..n + READ_AHEAD).map(format::log_name).collect();
+                for (i, got) in self.remote.get_many(&names)?.into_iter().enumerate() {
+                    fetched.insert(n + i as u64, got);
+                }
+            }
+            let Some(bytes) = fetched.remove(&n).expect("just fetched") else {
+                break; // the log's end
+            };
+            let name = format::log_name(n);
+            let e = format::decode_entry(&bytes).map_err(|why| self.corrupt(&name, why))?;
+            if epoch.is_some_and(|cur| e.epoch < cur) {
+                // An earlier writer's entry that landed after a fence.
+                log.present.insert(n, e.kind);
+                n += 1;
+                continue;
+            }
+            epoch = Some(e.epoch);
+            log.present.insert(n, e.kind);
+            self.apply(&mut log, &mut segments, n, &e, &bytes)?;
+            self.cache_object(&name, &bytes);
+            if e.kind == EntryKind::Fence {
+                for stray in listed.range(n + 1..n + e.offset) {
+                    log.present.insert(*stray, EntryKind::Data);
+                }
+                fetched.clear();
+                n += e.offset.max(1);
+            } else {
+                n += 1;
+            }
+        }
+        log.epoch = epoch.unwrap_or(0);
+        log.next = n;
+        self.load_pages(&mut segments)?;
+        drop(segments);
+        if !self.read_only {
+            self.fence(&mut log)?;
+        }
+        Ok(())
+    }
+
+    /// Applies log entry `n` (valid, of the current epoch) to the segments.
+    fn apply(
+        &self,
+        log: &mut LogState,
+        segments: &mut BTreeMap<SegmentId, Arc<Segment>>,
+        n: u64,
+        e: &Entry,
+        bytes: &Bytes,
+    ) -> Result<(), Error> {
+        let name = format::log_name(n);
+        match e.kind {
+            EntryKind::Fence => {}
+            EntryKind::Create => {
+                if segments.contains_key(&e.segment) {
+                    return Err(self.corrupt(&name, format!("creates segment {} twice", e.segment)));
+                }
+                segments.insert(e.segment, Arc::new(Segment::new(e.segment, Kind::Commit)));
+                log.created_at.insert(e.segment, n);
+            }
+            EntryKind::Data => {
+                // Data of a segment deleted before the log's start is ignored.
+                if let Some(seg) = segments.get(&e.segment) {
+                    let mut b = seg.bytes.write();
+                    if e.offset != b.stored_len() {
+                        return Err(self.corrupt(
+                            &name,
+                            format!(
+                                "appends at {} to segment {}, which holds {} bytes",
+                                e.offset,
+                                e.segment,
+                                b.stored_len()
+                            ),
+                        ));
+                    }
+                    debug_assert_eq!(bytes.len() as u64, LOG_HEADER as u64 + e.payload_len);
+                    b.chunks.push(Chunk {
+                        offset: e.offset,
+                        len: e.payload_len,
+                        object: name,
+                        header: LOG_HEADER as u64,
+                    });
+                }
+            }
+            EntryKind::Delete => {
+                segments.remove(&e.segment);
+                log.created_at.remove(&e.segment);
+            }
+        }
+        Ok(())
+    }
+
+    /// Finds the page segments: a listing of `pages/` (only at open).
+    /// Chunks of a segment without its marker, or of an id the log gives a
+    /// commit segment, are an unfinished deletion or a fenced writer's; a
+    /// writer deletes them.
+    fn load_pages(&self, segments: &mut BTreeMap<SegmentId, Arc<Segment>>) -> Result<(), Error> {
+        let mut markers = BTreeSet::new();
+        let mut chunks: BTreeMap<SegmentId, Vec<(u64, u64, String)>> = BTreeMap::new();
+        let mut strays = Vec::new();
+        for (name, size) in self.remote.list("pages")? {
+            match format::parse_page_name(&name) {
+                Some(PageObject::Created(id)) => {
+                    markers.insert(id);
+                }
+                Some(PageObject::Chunk(id, offset)) => {
+                    chunks.entry(id).or_default().push((offset, size, name))
+                }
+                None => {}
+            }
+        }
+        for (id, mut list) in chunks {
+            if !markers.contains(&id) || segments.contains_key(&id) {
+                strays.extend(list.into_iter().map(|(_, _, name)| name));
+                continue;
+            }
+            list.sort();
+            let seg = Segment::new(id, Kind::Page);
+            {
+                let mut b = seg.bytes.write();
+                for (offset, size, name) in list {
+                    // A chunk past a gap was never followed by a sync.
+                    if offset != b.stored_len() || size < CHUNK_HEADER as u64 {
+                        strays.push(name);
+                        continue;
+                    }
+                    b.chunks.push(Chunk {
+                        offset,
+                        len: size - CHUNK_HEADER as u64,
+                        object: name,
+                        header: CHUNK_HEADER as u64,
+                    });
+                }
+            }
+            segments.insert(id, Arc::new(seg));
+        }
+        for id in markers {
+            match segments.entry(id) {
+                std::collections::btree_map::Entry::Occupied(seg) => {
+                    if seg.get().kind == Kind::Commit {
+                        strays.push(format::created_name(id));
+                    }
+                }
+                std::collections::btree_map::Entry::Vacant(v) => {
+                    v.insert(Arc::new(Segment::new(id, Kind::Page)));
+                }
+            }
+        }
+        if !self.read_only {
+            for name in strays {
+                self.remote.delete(&name)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Claims the writer's role: creates a fence at the log's end. If the
+    /// end moved (another writer's commit or fence landed there), that entry
+    /// is read like the rest and the next number tried.
+    fn fence(&self, log: &mut LogState) -> Result<(), Error> {
+        loop {
+            let n = log.next;
+            let e = Entry {
+                kind: EntryKind::Fence,
+                epoch: n,
+                writer: self.writer,
+                segment: 0,
+                offset: DEAD_ZONE,
+                payload_len: 0,
+            };
+            let bytes = Bytes::from(format::encode_entry(&e, &[]));
+            let name = format::log_name(n);
+            match self.remote.put_create(&name, bytes)? {
+                Created::Ours => {
+                    log.epoch = n;
+                    log.present.insert(n, EntryKind::Fence);
+                    log.next = n + DEAD_ZONE;
+                    return Ok(());
+                }
+                Created::Theirs(found) => {
+                    let theirs =
+                        format::decode_entry(&found).map_err(|why| self.corrupt(&name, why))?;
+                    if theirs.epoch < log.epoch {
+                        return Err(
+                            self.corrupt(&name, "an earlier writer's entry past the log's end")
+                        );
+                    }
+                    log.epoch = theirs.epoch;
+                    log.present.insert(n, theirs.kind);
+                    let mut segments = self.segments.write();
+                    self.apply(log, &mut segments, n, &theirs, &found)?;
+                    log.next = if theirs.kind == EntryKind::Fence {
+                        n + theirs.offset.max(1)
+                    } else {
+                        n + 1
+                    };
+                }
+            }
+        }
+    }
+
+    /// Puts the next log entry. On a fence (or anything else another
+    /// writer put at that number) this writer is fenced for good.
+    fn append_entry(
+        &self,
+        kind: EntryKind,
+        segment: SegmentId,
+        offset: u64,
+        payload: &[u8],
+    ) -> Result<u64, IoError> {
+        let mut log = self.log.lock();
+        if self.read_only {
+            return Err(read_only_error(
+                "write the log of",
+                self.remote.label.clone(),
+            ));
+        }
+        if let Some(why) = &log.fenced {
+            return Err(other(
+                "write the log of",
+                self.remote.label.clone(),
+                why.clone(),
+            ));
+        }
+        loop {
+            let n = log.next;
+            let e = Entry {
+                kind,
+                epoch: log.epoch,
+                writer: self.writer,
+                segment,
+                offset,
+                payload_len: payload.len() as u64,
+            };
+            let bytes = Bytes::from(format::encode_entry(&e, payload));
+            let name = format::log_name(n);
+            match self.remote.put_create(&name, bytes.clone())? {
+                Created::Ours => {
+                    log.present.insert(n, kind);
+                    log.next = n + 1;
+                    self.cache_object(&name, &bytes);
+                    return Ok(n);
+                }
+                Created::Theirs(found) => match format::decode_entry(&found) {
+                    // An earlier put of ours that failed, yet landed: it
+                    // stays, and this entry takes the next number. (What it
+                    // carried was reported failed; the engine's next
+                    // segment header says where valid data ended.)
+                    Ok(mine) if mine.writer == self.writer => {
+                        log.present.insert(n, mine.kind);
+                        log.next = n + 1;
+                    }
+                    found => {
+                        let why = match found {
+                            Ok(f) if f.kind == EntryKind::Fence => format!(
+                                "another writer took over this store (its fence is {name}); \
+                                 this one writes no more"
+                            ),
+                            _ => format!(
+                                "another writer wrote {name}, where this writer's next \
+                                 commit belonged; this one writes no more"
+                            ),
+                        };
+                        tracing::error!(store = %self.remote.label, "{why}");
+                        log.fenced = Some(why.clone());
+                        return Err(IoError::new(
+                            "write the log of",
+                            self.remote.label.clone(),
+                            io::Error::new(io::ErrorKind::PermissionDenied, why),
+                        ));
+                    }
+                },
+            }
+        }
+    }
+
+    /// Remembers a whole object just written or read, block by block.
+    fn cache_object(&self, name: &str, bytes: &[u8]) {
+        for (b, block) in bytes.chunks(cache::BLOCK as usize).enumerate() {
+            self.cache.insert(name, b as u64, block);
+        }
+    }
+
+    /// Fills `buf` from `object` at `at`, through the cache: a miss fetches
+    /// the whole block (up to `size`, the object's length).
+    fn read_object(
+        &self,
+        object: &str,
+        size: u64,
+        mut at: u64,
+        mut buf: &mut [u8],
+    ) -> Result<(), IoError> {
+        while !buf.is_empty() {
+            let block = at / cache::BLOCK;
+            let in_block = at % cache::BLOCK;
+            let take = buf.len().min((cache::BLOCK - in_block) as usize);
+            let (part, rest) = buf.split_at_mut(take);
+            if !self.cache.read(object, block, in_block, part) {
+                let start = block * cache::BLOCK;
+                let end = (start + cache::BLOCK).min(size);
+                let got = self.remote.get_range(object, start..end)?;
+                if (got.len() as u64) < in_block + take as u64 {
+                    return Err(IoError::new(
+                        "read",
+                        self.remote.target(object),
+                        io::Error::from(io::ErrorKind::UnexpectedEof),
+                    ));
+                }
+                part.copy_from_slice(&got[in_block as usize..in_block as usize + take]);
+                self.cache.insert(object, block, &got);
+            }
+            at += take as u64;
+            buf = rest;
+        }
+        Ok(())
+    }
+
+    /// Deletes the log entries before the oldest live commit segment's
+    /// creation, except fences: first a `start/` object saying where the
+    /// log now starts (so a crash in the middle leaves entries nobody
+    /// reads), then the entries, then the old `start/` object.
+    fn trim_log(&self, log: &mut LogState) -> Result<(), IoError> {
+        let new_start = log.created_at.values().next().copied().unwrap_or(log.next);
+        // Never move past the newest entry: fencing needs the log's end.
+        let newest = log.present.keys().next_back().copied().unwrap_or(0);
+        let new_start = new_start.min(newest);
+        if new_start <= log.start {
+            return Ok(());
+        }
+        let marker = format!("start/{new_start:020}");
+        if let Created::Theirs(_) = self.remote.put_create(&marker, Bytes::from_static(b""))? {
+            // Someone made the same marker: it says the same thing.
+        }
+        let old: Vec<(u64, EntryKind)> = log
+            .present
+            .range(..new_start)
+            .map(|(n, k)| (*n, *k))
+            .collect();
+        for (n, kind) in old {
+            if kind != EntryKind::Fence {
+                self.remote.delete(&format::log_name(n))?;
+            }
+            log.present.remove(&n);
+        }
+        if log.start_marked {
+            self.remote.delete(&format!("start/{:020}", log.start))?;
+        }
+        log.start = new_start;
+        log.start_marked = true;
+        Ok(())
+    }
+}
+
+impl Segment {
+    fn new(id: SegmentId, kind: Kind) -> Segment {
+        Segment {
+            id,
+            kind,
+            bytes: RwLock::new(SegmentBytes::default()),
+        }
+    }
+}
+
+impl Storage for ObjectStorage {
+    fn list_segments(&self) -> Result<Vec<SegmentId>, IoError> {
+        Ok(self.inner.segments.read().keys().copied().collect())
+    }
+
+    fn create_segment(&self, id: SegmentId) -> Result<Box<dyn SegmentWriter>, IoError> {
+        let inner = &self.inner;
+        if inner.segments.read().contains_key(&id) {
+            return Err(IoError::new(
+                "create segment",
+                self.segment_name(id),
+                io::Error::from(io::ErrorKind::AlreadyExists),
+            ));
+        }
+        let n = inner.append_entry(EntryKind::Create, id, 0, &[])?;
+        inner.log.lock().created_at.insert(id, n);
+        let seg = Arc::new(Segment::new(id, Kind::Commit));
+        inner.segments.write().insert(id, seg.clone());
+        Ok(Box::new(Writer {
+            inner: inner.clone(),
+            seg,
+            broken: false,
+            after_step: None,
+        }))
+    }
+
+    fn create_bulk_segment(
+        &self,
+        id: SegmentId,
+        after_step: StepHook,
+    ) -> Result<Box<dyn SegmentWriter>, IoError> {
+        let inner = &self.inner;
+        let name = self.segment_name(id);
+        if inner.read_only {
+            return Err(read_only_error("create segment", name));
+        }
+        if let Some(why) = self.fenced() {
+            return Err(other("create segment", name, why));
+        }
+        if inner.segments.read().contains_key(&id) {
+            return Err(IoError::new(
+                "create segment",
+                name,
+                io::Error::from(io::ErrorKind::AlreadyExists),
+            ));
+        }
+        let marker = Bytes::from(inner.writer.to_vec());
+        if let Created::Theirs(_) = inner.remote.put_create(&format::created_name(id), marker)? {
+            return Err(IoError::new(
+                "create segment",
+                name,
+                io::Error::new(io::ErrorKind::AlreadyExists, "another writer created it"),
+            ));
+        }
+        let seg = Arc::new(Segment::new(id, Kind::Page));
+        inner.segments.write().insert(id, seg.clone());
+        Ok(Box::new(Writer {
+            inner: inner.clone(),
+            seg,
+            broken: false,
+            after_step: Some(after_step),
+        }))
+    }
+
+    fn open_segment(&self, id: SegmentId) -> Result<Arc<dyn SegmentReader>, IoError> {
+        let seg = self
+            .inner
+            .segments
+            .read()
+            .get(&id)
+            .cloned()
+            .ok_or_else(|| {
+                IoError::new(
+                    "open segment",
+                    self.segment_name(id),
+                    io::Error::from(io::ErrorKind::NotFound),
+                )
+            })?;
+        Ok(Arc::new(Reader {
+            inner: self.inner.clone(),
+            seg,
+        }))
+    }
+
+    fn delete_segment(&self, id: SegmentId) -> Result<(), IoError> {
+        let inner = &self.inner;
+        let name = self.segment_name(id);
+        if inner.read_only {
+            return Err(read_only_error("delete segment", name));
+        }
+        if let Some(why) = self.fenced() {
+            return Err(other("delete segment", name, why));
+        }
+        let seg = inner.segments.read().get(&id).cloned().ok_or_else(|| {
+            IoError::new(
+                "delete segment",
+                name.clone(),
+                io::Error::from(io::ErrorKind::NotFound),
+            )
+        })?;
+        match seg.kind {
+            Kind::Page => {
+                // The marker first: without it the chunks are strays.
+                inner.remote.delete(&format::created_name(id))?;
+                inner.segments.write().remove(&id);
+                let chunks: Vec<String> = seg
+                    .bytes
+                    .read()
+                    .chunks
+                    .iter()
+                    .map(|c| c.object.clone())
+                    .collect();
+                for object in chunks {
+                    inner.remote.delete(&object)?;
+                }
+            }
+            Kind::Commit => {
+                let oldest = {
+                    let log = inner.log.lock();
+                    log.created_at.keys().next() == Some(&id)
+                };
+                if !oldest {
+                    inner.append_entry(EntryKind::Delete, id, 0, &[])?;
+                }
+                let mut log = inner.log.lock();
+                log.created_at.remove(&id);
+                inner.segments.write().remove(&id);
+                inner.trim_log(&mut log)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn read_meta(&self, name: &str) -> Result<Option<Vec<u8>>, IoError> {
+        Ok(self
+            .inner
+            .remote
+            .get(&format::meta_name(name))?
+            .map(|b| b.to_vec()))
+    }
+
+    fn write_meta(&self, name: &str, bytes: &[u8]) -> Result<(), IoError> {
+        if self.inner.read_only {
+            return Err(read_only_error(
+                "write",
+                self.inner.remote.target(&format::meta_name(name)),
+            ));
+        }
+        self.inner
+            .remote
+            .put_overwrite(&format::meta_name(name), Bytes::copy_from_slice(bytes))
+    }
+
+    fn segment_name(&self, id: SegmentId) -> String {
+        self.inner.remote.target(&segment_file_name(id))
+    }
+}
+
+/// Appends to a commit segment (each sync is one log entry) or a page
+/// segment (chunks of up to `PAGE_CHUNK`, the last one put by the sync).
+struct Writer {
+    inner: Arc<Inner>,
+    seg: Arc<Segment>,
+    /// A put failed: the segment's stored end is unknown to the caller,
+    /// which moves to a new segment; nothing more is written here.
+    broken: bool,
+    /// Page segments: called after each chunk is put.
+    after_step: Option<StepHook>,
+}
+
+impl Writer {
+    fn broken_error(&self, op: &'static str) -> IoError {
+        other(
+            op,
+            self.name(),
+            "an earlier write to this segment failed".into(),
+        )
+    }
+
+    fn name(&self) -> String {
+        self.inner.remote.target(&segment_file_name(self.seg.id))
+    }
+
+    /// Stores the pending bytes (all of them, or the first `limit`).
+    fn store_pending(&mut self, limit: usize) -> Result<(), IoError> {
+        let (offset, payload) = {
+            let b = self.seg.bytes.read();
+            let take = b.pending.len().min(limit);
+            (b.stored_len(), b.pending[..take].to_vec())
+        };
+        if payload.is_empty() {
+            return Ok(());
+        }
+        let stored = match self.seg.kind {
+            Kind::Commit => self
+                .inner
+                .append_entry(EntryKind::Data, self.seg.id, offset, &payload)
+                .map(|n| (format::log_name(n), LOG_HEADER as u64)),
+            Kind::Page => {
+                let name = format::chunk_name(self.seg.id, offset);
+                let bytes = Bytes::from(format::encode_chunk(
+                    self.inner.writer,
+                    self.seg.id,
+                    offset,
+                    &payload,
+                ));
+                match self.inner.remote.put_create(&name, bytes.clone()) {
+                    Ok(Created::Ours) => {
+                        self.inner.cache_object(&name, &bytes);
+                        Ok((name, CHUNK_HEADER as u64))
+                    }
+                    Ok(Created::Theirs(_)) => Err(IoError::new(
+                        "write",
+                        self.inner.remote.target(&name),
+                        io::Error::new(
+                            io::ErrorKind::AlreadyExists,
+                            "another writer wrote this chunk",
+                        ),
+                    )),
+                    Err(e) => Err(e),
+                }
+            }
+        };
+        let (object, header) = match stored {
+            Ok(s) => s,
+            Err(e) => {
+                self.broken = true;
+                return Err(e);
+            }
+        };
+        let mut b = self.seg.bytes.write();
+        debug_assert_eq!(b.stored_len(), offset, "one writer per segment");
+        b.pending.drain(..payload.len());
+        b.chunks.push(Chunk {
+            offset,
+            len: payload.len() as u64,
+            object,
+            header,
+        });
+        drop(b);
+        if let Some(hook) = &self.after_step {
+            hook();
+        }
+        Ok(())
+    }
+}
+
+impl SegmentWriter for Writer {
+    fn append(&mut self, bytes: &[u8]) -> Result<(), IoError> {
+        if self.broken {
+            return Err(self.broken_error("append to"));
+        }
+        let pending = {
+            let mut b = self.seg.bytes.write();
+            b.pending.extend_from_slice(bytes);
+            b.pending.len()
+        };
+        if self.seg.kind == Kind::Page && pending >= PAGE_CHUNK {
+            self.store_pending(PAGE_CHUNK)?;
+        }
+        Ok(())
+    }
+
+    fn sync(&mut self) -> Result<(), IoError> {
+        if self.broken {
+            return Err(self.broken_error("sync"));
+        }
+        loop {
+            let pending = self.seg.bytes.read().pending.len();
+            if pending == 0 {
+                return Ok(());
+            }
+            let limit = match self.seg.kind {
+                Kind::Commit => usize::MAX,
+                Kind::Page => PAGE_CHUNK,
+            };
+            self.store_pending(limit)?;
+        }
+    }
+
+    fn len(&self) -> u64 {
+        let b = self.seg.bytes.read();
+        b.stored_len() + b.pending.len() as u64
+    }
+}
+
+/// Positioned reads of a segment: stored chunks through the cache, then
+/// the bytes this process appended and has not stored yet.
+struct Reader {
+    inner: Arc<Inner>,
+    seg: Arc<Segment>,
+}
+
+impl SegmentReader for Reader {
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), IoError> {
+        let end = offset + buf.len() as u64;
+        // The pieces to read, found under the lock and read outside it.
+        let mut pieces = Vec::new();
+        {
+            let b = self.seg.bytes.read();
+            let stored = b.stored_len();
+            if end > stored + b.pending.len() as u64 {
+                return Err(IoError::new(
+                    "read",
+                    self.inner.remote.target(&segment_file_name(self.seg.id)),
+                    io::Error::from(io::ErrorKind::UnexpectedEof),
+                ));
+            }
+            if end > stored {
+                let from = offset.max(stored);
+                let dst = (from - offset) as usize;
+                let src = (from - stored) as usize;
+                buf[dst..].copy_from_slice(&b.pending[src..src + (end - from) as usize]);
+            }
+            let first = b.chunks.partition_point(|c| c.offset + c.len <= offset);
+            for c in &b.chunks[first..] {
+                if c.offset >= end.min(stored) {
+                    break;
+                }
+                pieces.push(c.clone());
+            }
+        }
+        for c in pieces {
+            let from = offset.max(c.offset);
+            let to = end.min(c.offset + c.len);
+            let dst = &mut buf[(from - offset) as usize..(to - offset) as usize];
+            self.inner.read_object(
+                &c.object,
+                c.header + c.len,
+                c.header + (from - c.offset),
+                dst,
+            )?;
+        }
+        Ok(())
+    }
+
+    fn size(&self) -> Result<u64, IoError> {
+        let b = self.seg.bytes.read();
+        Ok(b.stored_len() + b.pending.len() as u64)
+    }
+}
