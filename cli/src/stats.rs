@@ -128,6 +128,38 @@ fn human(dir: &str, s: &kivi::Stats) -> String {
         ),
         ("last error", s.last_error.clone().unwrap_or("none".into())),
     ];
+    let mut rows = rows;
+    if s.object_puts + s.object_gets + s.object_lists > 0 {
+        // A store on an object store: what it cost in requests.
+        rows.extend([
+            (
+                "object puts",
+                format!("{} ({} sent)", s.object_puts, bytes(s.object_put_bytes)),
+            ),
+            (
+                "object gets",
+                format!("{} ({} received)", s.object_gets, bytes(s.object_get_bytes)),
+            ),
+            ("object deletes", s.object_deletes.to_string()),
+            ("object lists", s.object_lists.to_string()),
+            (
+                "settled / retried",
+                format!(
+                    "{} puts that found their name taken, {} requests tried again",
+                    s.object_conflicts, s.object_retries
+                ),
+            ),
+            (
+                "local object cache",
+                format!(
+                    "{} held; {} / {} hits / misses",
+                    bytes(s.object_cache_bytes),
+                    s.object_cache_hits,
+                    s.object_cache_misses
+                ),
+            ),
+        ]);
+    }
     let mut text: String = rows.iter().map(|(k, v)| format!("{k:<20} {v}\n")).collect();
     // The counters live in memory: a reading command sees only its own work.
     text.push_str(

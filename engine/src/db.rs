@@ -96,6 +96,9 @@ impl Db {
     pub fn open(path: impl AsRef<Path>, opts: Options) -> Result<Db> {
         opts.validate()?;
         let path = path.as_ref();
+        if let Some(url) = path.to_str().filter(|p| p.contains("://")) {
+            return Self::open_url(url, opts);
+        }
         let shown = path.display().to_string();
         if !opts.create_if_missing && !opts.read_only && !path.exists() {
             return Err(Error::NotAStore {
@@ -141,6 +144,34 @@ impl Db {
             Ok(probe.foreign_entries(&[IDENTITY])?.is_empty() && probe.list_segments()?.is_empty())
         };
         Self::open_inner(dir, shown, opts, &is_empty)
+    }
+
+    /// Opens the store at an object store's URL (`s3://bucket/prefix`,
+    /// `file:///path`), with the feature `object-store`: see
+    /// `kivi_object_storage::ObjectStorage::open_url`. A writable open takes
+    /// the writer's role from whoever had it: their next commit fails.
+    #[cfg(feature = "object-store")]
+    fn open_url(url: &str, opts: Options) -> Result<Db> {
+        let config = kivi_object_storage::Config {
+            cache_dir: opts.object_cache_dir.clone(),
+            cache_bytes: opts.object_cache_bytes,
+            read_only: opts.read_only,
+        };
+        let storage: Arc<dyn Storage> =
+            Arc::new(kivi_object_storage::ObjectStorage::open_url(url, config)?);
+        let probe = storage.clone();
+        let is_empty = move || -> Result<bool> { Ok(probe.list_segments()?.is_empty()) };
+        Self::open_inner(storage, url.to_string(), opts, &is_empty)
+    }
+
+    #[cfg(not(feature = "object-store"))]
+    fn open_url(url: &str, _opts: Options) -> Result<Db> {
+        Err(Error::NotAStore {
+            path: url.to_string(),
+            reason: "this build of kivi has no object-store support \
+                     (the kivi-db crate's feature object-store)"
+                .into(),
+        })
     }
 
     /// Opens a store on any storage backend (memory, the crash simulator, ...).

@@ -59,6 +59,13 @@ pub struct Options {
     /// The time deadlines are decided by (default: the system's clock;
     /// [`Clock::manual`](crate::Clock::manual) for tests and simulations).
     pub clock: crate::Clock,
+    /// For a store on an object store ([`Db::open`](crate::Db::open) of an
+    /// `s3://` URL): the directory of its local cache of objects, emptied
+    /// when the store opens (default: a temporary directory).
+    pub object_cache_dir: Option<std::path::PathBuf>,
+    /// For a store on an object store: the most bytes its local cache holds
+    /// (default 1 GiB).
+    pub object_cache_bytes: u64,
 }
 
 impl Default for Options {
@@ -74,6 +81,8 @@ impl Default for Options {
             create_if_missing: true,
             read_only: false,
             clock: crate::Clock::system(),
+            object_cache_dir: None,
+            object_cache_bytes: 1 << 30,
         }
     }
 }

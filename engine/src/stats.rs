@@ -117,6 +117,30 @@ pub struct Stats {
     pub torn_tail: Option<String>,
     /// The most recent background error, if any.
     pub last_error: Option<String>,
+    /// On an object store: the requests made since open and the bytes they
+    /// moved, and the local cache's work (all zero on a local directory).
+    /// Each group commit is one put.
+    pub object_puts: u64,
+    /// Bytes sent by `object_puts`.
+    pub object_put_bytes: u64,
+    /// Gets (whole objects and ranges) since open.
+    pub object_gets: u64,
+    /// Bytes received by `object_gets`.
+    pub object_get_bytes: u64,
+    /// Deletes since open.
+    pub object_deletes: u64,
+    /// List requests since open (only opening lists).
+    pub object_lists: u64,
+    /// Puts that found their name taken, settled by reading the object back.
+    pub object_conflicts: u64,
+    /// Requests tried again after a failure.
+    pub object_retries: u64,
+    /// Reads of objects the local cache answered.
+    pub object_cache_hits: u64,
+    /// Reads of objects that went to the object store.
+    pub object_cache_misses: u64,
+    /// Bytes in the local cache now.
+    pub object_cache_bytes: u64,
 }
 
 impl Stats {
@@ -185,6 +209,19 @@ impl Db {
             ..Stats::default()
         };
         s.live_bytes = s.checkpoint_tree_bytes + s.redo_bytes;
+        if let Some(r) = store.storage().remote_requests() {
+            s.object_puts = r.puts;
+            s.object_put_bytes = r.put_bytes;
+            s.object_gets = r.gets;
+            s.object_get_bytes = r.get_bytes;
+            s.object_deletes = r.deletes;
+            s.object_lists = r.lists;
+            s.object_conflicts = r.conflicts;
+            s.object_retries = r.retries;
+            s.object_cache_hits = r.cache_hits;
+            s.object_cache_misses = r.cache_misses;
+            s.object_cache_bytes = r.cache_bytes;
+        }
         // The commit segment being appended to is grown ahead of its data
         // in sparse steps (see ARCHITECTURE.md); count what is written, and
         // for the page segment, what the page log has appended.

@@ -126,3 +126,109 @@ fn one_group_commit_is_one_conditional_put_and_no_listing() {
     assert_eq!(after.gets, before.gets, "a commit reads nothing");
     db.close().unwrap();
 }
+
+/// Requests fail the ways an object store's do: puts that land and still
+/// report an error (a timeout, a 5xx after the write), puts refused with a
+/// 5xx or a 409, slow answers, failed gets, and a stretch in which every
+/// put fails for good. Whatever happens, nothing acknowledged is lost, and
+/// nothing reported failed appears in part.
+#[test]
+fn faults_lose_nothing_acknowledged_and_acknowledge_nothing_absent() {
+    use kivi_object_storage::faults::{Fault, FaultyStore, Op};
+    use rand::rngs::StdRng;
+    use rand::{RngExt, SeedableRng};
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    for seed in 0..3u64 {
+        let memory = Arc::new(InMemory::new());
+        let down = Arc::new(AtomicBool::new(false));
+        let mut rng = StdRng::seed_from_u64(seed);
+        let plan_down = down.clone();
+        let landed = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let plan_landed = landed.clone();
+        let faulty = Arc::new(FaultyStore::new(memory.clone(), move |op, _path| {
+            if op == Op::Put && plan_down.load(Ordering::Relaxed) {
+                return Fault::FailBefore;
+            }
+            match (op, rng.random_range(0..100)) {
+                (Op::Put, 0..8) => {
+                    plan_landed.fetch_add(1, Ordering::Relaxed);
+                    Fault::LandThenFail
+                }
+                (Op::Put, 8..14) => Fault::FailBefore,
+                (Op::Put, 14..18) => Fault::Conflict,
+                (_, 18..20) => Fault::Slow(std::time::Duration::from_millis(2)),
+                (Op::Get, 20..25) => Fault::FailBefore,
+                _ => Fault::None,
+            }
+        }));
+        let s = ObjectStorage::open(faulty, "db", "faulty://db", Config::default()).unwrap();
+        let db = open(&s);
+        let mut acked = Vec::new();
+        let mut failed = Vec::new();
+        for b in 0..120u32 {
+            // A stretch in which the object store refuses every put.
+            down.store((40..44).contains(&b), Ordering::Relaxed);
+            let mut batch = WriteBatch::new();
+            for j in 0..20u32 {
+                batch
+                    .put(
+                        format!("b{b:04}-{j:02}"),
+                        format!("{seed}-{b}-{j}").repeat(8),
+                    )
+                    .unwrap();
+            }
+            match db.write(batch) {
+                Ok(_) => acked.push(b),
+                Err(_) => failed.push(b),
+            }
+        }
+        down.store(false, Ordering::Relaxed);
+        assert!(
+            failed.iter().any(|b| (40..44).contains(b)),
+            "the outage failed no write"
+        );
+        assert!(
+            acked.len() > 60,
+            "seed {seed}: only {} batches acknowledged",
+            acked.len()
+        );
+        let requests = s.requests();
+        assert!(requests.retries > 0, "{requests:?}");
+        assert!(
+            landed.load(Ordering::Relaxed) > 0,
+            "no put landed and failed"
+        );
+
+        // The next writer, on the bare store and an empty cache.
+        let next = storage(&memory);
+        let db2 = open(&next);
+        for b in &acked {
+            for j in 0..20u32 {
+                let got = db2.get(format!("b{b:04}-{j:02}").as_bytes()).unwrap();
+                assert_eq!(
+                    got,
+                    Some(format!("{seed}-{b}-{j}").repeat(8).into_bytes()),
+                    "seed {seed}: batch {b} lost"
+                );
+            }
+        }
+        for b in &failed {
+            let present = (0..20u32)
+                .filter(|j| {
+                    db2.get(format!("b{b:04}-{j:02}").as_bytes())
+                        .unwrap()
+                        .is_some()
+                })
+                .count();
+            assert!(
+                present == 0 || present == 20,
+                "seed {seed}: failed batch {b} is there in part"
+            );
+        }
+        let report = db2.check().unwrap();
+        assert!(report.problems.is_empty(), "{:?}", report.problems);
+        drop(db);
+        db2.close().unwrap();
+    }
+}

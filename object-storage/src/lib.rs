@@ -35,13 +35,12 @@ mod format;
 mod remote;
 
 pub use cache::DiskCache;
-pub use remote::RequestCounts;
 
 use bytes::Bytes;
 use format::{Entry, EntryKind, PageObject, CHUNK_HEADER, DEAD_ZONE, LOG_HEADER};
 use kivi_storage::{
-    segment_file_name, Corruption, Error, IoError, SegmentId, SegmentReader, SegmentWriter,
-    StepHook, Storage,
+    segment_file_name, Corruption, Error, IoError, RemoteRequests, SegmentId, SegmentReader,
+    SegmentWriter, StepHook, Storage,
 };
 use object_store::ObjectStore;
 use parking_lot::{Mutex, RwLock};
@@ -56,7 +55,7 @@ use std::sync::Arc;
 pub const PAGE_CHUNK: usize = 8 << 20;
 
 /// Log entries fetched at once while a store opens.
-const READ_AHEAD: u64 = 32;
+const READ_AHEAD: usize = 32;
 
 /// How a store on an object store is opened.
 #[derive(Debug, Clone)]
@@ -231,9 +230,16 @@ impl ObjectStorage {
         Ok(ObjectStorage { inner })
     }
 
-    /// Requests made and bytes moved since the store was opened.
-    pub fn requests(&self) -> RequestCounts {
-        self.inner.remote.counters.snapshot()
+    /// Requests made and bytes moved since the store was opened, and the
+    /// local cache's work.
+    pub fn requests(&self) -> RemoteRequests {
+        let (cache_hits, cache_misses) = self.inner.cache.hits_and_misses();
+        RemoteRequests {
+            cache_hits,
+            cache_misses,
+            cache_bytes: self.inner.cache.bytes(),
+            ..self.inner.remote.counters.snapshot()
+        }
     }
 
     /// The local cache.
@@ -282,9 +288,16 @@ impl Inner {
         let mut fetched: BTreeMap<u64, Option<Bytes>> = BTreeMap::new();
         loop {
             if !fetched.contains_key(&n) {
-                let names: Vec<String> = (n..n + READ_AHEAD).map(format::log_name).collect();
-                for (i, got) in self.remote.get_many(&names)?.into_iter().enumerate() {
-                    fetched.insert(n + i as u64, got);
+                // The listing says which entries exist; the end is still
+                // found by asking for the number after them (a listing may
+                // lag behind a put on some services).
+                let mut want: Vec<u64> = listed.range(n..).take(READ_AHEAD).copied().collect();
+                if want.first() != Some(&n) {
+                    want.insert(0, n);
+                }
+                let names: Vec<String> = want.iter().map(|&w| format::log_name(w)).collect();
+                for (w, got) in want.into_iter().zip(self.remote.get_many(&names)?) {
+                    fetched.insert(w, got);
                 }
             }
             let Some(bytes) = fetched.remove(&n).expect("just fetched") else {
@@ -306,7 +319,6 @@ impl Inner {
                 for stray in listed.range(n + 1..n + e.offset) {
                     log.present.insert(*stray, EntryKind::Data);
                 }
-                fetched.clear();
                 n += e.offset.max(1);
             } else {
                 n += 1;
@@ -799,6 +811,10 @@ impl Storage for ObjectStorage {
 
     fn segment_name(&self, id: SegmentId) -> String {
         self.inner.remote.target(&segment_file_name(id))
+    }
+
+    fn remote_requests(&self) -> Option<RemoteRequests> {
+        Some(self.requests())
     }
 }
 

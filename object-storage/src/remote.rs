@@ -8,7 +8,7 @@
 
 use bytes::Bytes;
 use futures::StreamExt;
-use kivi_storage::IoError;
+use kivi_storage::{IoError, RemoteRequests};
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 use std::future::Future;
@@ -20,7 +20,7 @@ use std::time::Duration;
 
 /// How many times a request that failed without an answer (a timeout, a 5xx,
 /// a 409) is tried again by this backend, on top of the client's own retries.
-const ATTEMPTS: u32 = 6;
+const ATTEMPTS: u32 = 4;
 
 /// Requests made and bytes moved, by kind, since the store was opened.
 #[derive(Debug, Default)]
@@ -43,30 +43,9 @@ pub struct Counters {
     pub retries: AtomicU64,
 }
 
-/// A snapshot of [`Counters`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct RequestCounts {
-    /// Create-if-absent puts.
-    pub puts: u64,
-    /// Bytes sent by puts.
-    pub put_bytes: u64,
-    /// Gets.
-    pub gets: u64,
-    /// Bytes received by gets.
-    pub get_bytes: u64,
-    /// Deletes.
-    pub deletes: u64,
-    /// List requests.
-    pub lists: u64,
-    /// Puts that found the name taken by someone else.
-    pub conflicts: u64,
-    /// Requests tried again.
-    pub retries: u64,
-}
-
 impl Counters {
-    pub(crate) fn snapshot(&self) -> RequestCounts {
-        RequestCounts {
+    pub(crate) fn snapshot(&self) -> RemoteRequests {
+        RemoteRequests {
             puts: self.puts.load(Relaxed),
             put_bytes: self.put_bytes.load(Relaxed),
             gets: self.gets.load(Relaxed),
@@ -75,6 +54,7 @@ impl Counters {
             lists: self.lists.load(Relaxed),
             conflicts: self.conflicts.load(Relaxed),
             retries: self.retries.load(Relaxed),
+            ..RemoteRequests::default()
         }
     }
 }

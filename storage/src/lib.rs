@@ -87,6 +87,41 @@ pub trait Storage: Send + Sync + Debug {
     fn write_meta(&self, name: &str, bytes: &[u8]) -> Result<(), IoError>;
     /// Human-readable name of a segment, used in error messages.
     fn segment_name(&self, id: SegmentId) -> String;
+    /// For a backend on a remote service (an object store): the requests
+    /// it made since it was opened and what its local cache did. `None`
+    /// for local backends.
+    fn remote_requests(&self) -> Option<RemoteRequests> {
+        None
+    }
+}
+
+/// Requests a remote backend made since it was opened, by kind, with the
+/// bytes they moved; and its local cache's work.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RemoteRequests {
+    /// Puts (create-if-absent ones and meta blobs).
+    pub puts: u64,
+    /// Bytes sent by puts.
+    pub put_bytes: u64,
+    /// Gets, whole and ranged.
+    pub gets: u64,
+    /// Bytes received by gets.
+    pub get_bytes: u64,
+    /// Deletes.
+    pub deletes: u64,
+    /// List requests (pages of a listing).
+    pub lists: u64,
+    /// Puts that found their name taken (by another writer, or by an
+    /// earlier attempt of their own whose answer was lost).
+    pub conflicts: u64,
+    /// Requests that failed and were tried again.
+    pub retries: u64,
+    /// Reads the local cache answered.
+    pub cache_hits: u64,
+    /// Reads the local cache could not answer.
+    pub cache_misses: u64,
+    /// Bytes in the local cache.
+    pub cache_bytes: u64,
 }
 
 /// Appends to one segment. Dropping it closes the segment for writing.
