@@ -9,6 +9,8 @@
 # kivi), prometheus_client (whose parser reads `kivi serve --metrics`) and
 # maturin (which builds the Python package, python/), plyvel, rocksdict and
 # lmdb (the Python benchmark's peers) into a virtual environment under target/.
+# Go (https://go.dev/dl/) builds versitygw, the S3-compatible server the
+# object-store tests run against, into target/ (tests/s3/versitygw.sh).
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -17,6 +19,12 @@ if ! command -v cargo >/dev/null; then
     exit 1
 fi
 bench/setup.sh
+# versitygw (the S3-compatible server of the object-store tests, below) is
+# built by `go install` on first use; started now, the build runs beside the
+# Rust ones instead of after them.
+mkdir -p target
+tests/s3/versitygw.sh install >target/versitygw-install.log 2>&1 &
+versitygw_install=$!
 
 cargo fmt --all --check
 # Every relative link in the docs leads to a file (and heading) in the repository.
@@ -63,6 +71,13 @@ PATH="$PWD/$venv/bin:$PATH" "$venv/bin/python" -m pip install --quiet --no-build
 "$venv/bin/python" -c 'import plyvel, rocksdict, lmdb' 2>/dev/null ||
     "$venv/bin/python" -m pip install --quiet plyvel rocksdict lmdb
 "$venv/bin/python" bench/python/compare.py --n 10000 --dir "$(mktemp -d)/bench-python" >/dev/null
+# kivi on a real S3-compatible server: versitygw, whose atomic conditional
+# puts the start script checks first (tests/s3/versitygw.sh).
+wait "$versitygw_install" || { cat target/versitygw-install.log >&2; exit 1; }
+s3dir=$(mktemp -d)
+tests/s3/versitygw.sh start "$s3dir"
+trap 'kill "$(cat "$s3dir/pid")" 2>/dev/null || true' EXIT
+(. "$s3dir/env" && KIVI_BIN=target/release/kivi "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/s3)
 # The benchmark suite works, on every store (a tiny run; real numbers come
 # from docs/benchmarks.md).
 cargo run --release --locked --quiet -p kivi-cli --features peers -- \
