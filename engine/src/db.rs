@@ -156,6 +156,7 @@ impl Db {
             cache_dir: opts.object_cache_dir.clone(),
             cache_bytes: opts.object_cache_bytes,
             read_only: opts.read_only,
+            ..Default::default()
         };
         let storage: Arc<dyn Storage> =
             Arc::new(kivi_object_storage::ObjectStorage::open_url(url, config)?);

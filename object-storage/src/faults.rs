@@ -6,10 +6,11 @@
 
 use async_trait::async_trait;
 use futures::stream::BoxStream;
+use futures::StreamExt;
 use object_store::path::Path;
 use object_store::{
     CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
-    PutMultipartOptions, PutOptions, PutPayload, PutResult, Result,
+    ObjectStoreExt, PutMultipartOptions, PutOptions, PutPayload, PutResult, Result,
 };
 use parking_lot::Mutex;
 use std::fmt;
@@ -23,6 +24,8 @@ pub enum Op {
     Put,
     /// A get, whole or ranged.
     Get,
+    /// A delete.
+    Delete,
 }
 
 /// How one request is answered.
@@ -45,7 +48,7 @@ type Plan = Box<dyn FnMut(Op, &str) -> Fault + Send>;
 /// A store whose answers a plan decides, request by request.
 pub struct FaultyStore {
     inner: Arc<dyn ObjectStore>,
-    plan: Mutex<Plan>,
+    plan: Arc<Mutex<Plan>>,
 }
 
 impl FaultyStore {
@@ -56,7 +59,7 @@ impl FaultyStore {
     ) -> Self {
         FaultyStore {
             inner,
-            plan: Mutex::new(Box::new(plan)),
+            plan: Arc::new(Mutex::new(Box::new(plan))),
         }
     }
 
@@ -130,7 +133,29 @@ impl ObjectStore for FaultyStore {
         &self,
         locations: BoxStream<'static, Result<Path>>,
     ) -> BoxStream<'static, Result<Path>> {
-        self.inner.delete_stream(locations)
+        let (inner, plan) = (self.inner.clone(), self.plan.clone());
+        locations
+            .then(move |location| {
+                let (inner, plan) = (inner.clone(), plan.clone());
+                async move {
+                    let location = location?;
+                    let fault = (plan.lock())(Op::Delete, location.as_ref());
+                    match fault {
+                        Fault::None | Fault::Slow(_) => {
+                            inner.delete(&location).await?;
+                            Ok(location)
+                        }
+                        Fault::LandThenFail => {
+                            inner.delete(&location).await?;
+                            Err(failure("timed out (the delete was done)"))
+                        }
+                        Fault::FailBefore | Fault::Conflict => {
+                            Err(failure("503 Service Unavailable"))
+                        }
+                    }
+                }
+            })
+            .boxed()
     }
 
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {

@@ -68,6 +68,10 @@ pub struct Config {
     /// Open without claiming the writer's role: nothing is written, no
     /// writer is fenced.
     pub read_only: bool,
+    /// How long to wait before trying a failed request again (twice as
+    /// long before each further try; 4 tries in all, on top of the
+    /// client's own retries).
+    pub retry_delay: std::time::Duration,
 }
 
 impl Default for Config {
@@ -76,6 +80,7 @@ impl Default for Config {
             cache_dir: None,
             cache_bytes: 1 << 30,
             read_only: false,
+            retry_delay: std::time::Duration::from_millis(20),
         }
     }
 }
@@ -215,7 +220,7 @@ impl ObjectStorage {
         config: Config,
     ) -> Result<ObjectStorage, Error> {
         let prefix = object_store::path::Path::from(prefix);
-        let remote = Remote::new(store, prefix, label.to_string())?;
+        let remote = Remote::new(store, prefix, label.to_string(), config.retry_delay)?;
         let cache = DiskCache::new(config.cache_dir.as_deref(), config.cache_bytes)
             .map_err(|e| IoError::new("open the cache in", format!("{:?}", config.cache_dir), e))?;
         let inner = Arc::new(Inner {

@@ -78,6 +78,9 @@ pub(crate) struct Remote {
     pub counters: Counters,
     /// The store's URL or description, for messages.
     pub label: String,
+    /// The wait before the first retry of a failed request (doubled for
+    /// each further one).
+    retry_delay: Duration,
 }
 
 impl std::fmt::Debug for Remote {
@@ -125,6 +128,7 @@ impl Remote {
         store: Arc<dyn ObjectStore>,
         prefix: Path,
         label: String,
+        retry_delay: Duration,
     ) -> Result<Remote, IoError> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -138,6 +142,7 @@ impl Remote {
             runtime: Some(runtime),
             counters: Counters::default(),
             label,
+            retry_delay,
         })
     }
 
@@ -406,7 +411,7 @@ impl Remote {
     fn backoff(&self, attempt: u32) {
         if attempt > 0 {
             self.counters.retries.fetch_add(1, Relaxed);
-            std::thread::sleep(Duration::from_millis(10 << attempt.min(6)));
+            std::thread::sleep(self.retry_delay * (1 << attempt.min(6)) / 2);
         }
     }
 }
