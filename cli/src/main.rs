@@ -88,7 +88,7 @@ struct Cli {
 
 #[derive(Args, Debug)]
 pub struct Global {
-    /// Store directory [default: ./kivi-data]
+    /// Store directory, or an object store's URL (s3://BUCKET/PREFIX, file:///PATH) [default: ./kivi-data]
     #[arg(short = 'd', long = "data-dir", value_name = "DIR", global = true)]
     pub data_dir: Option<PathBuf>,
     /// Read keys and values (arguments, load files) as hex, and print them as hex
@@ -101,6 +101,13 @@ pub struct Global {
     /// trace, or RUST_LOG's syntax); overrides RUST_LOG [default: info]
     #[arg(long, value_name = "LEVEL", global = true)]
     log_level: Option<String>,
+    /// For a store on an object store (-d s3://BUCKET/PREFIX): where its local cache of
+    /// objects lives, emptied at start [default: a temporary directory]
+    #[arg(long, value_name = "DIR", global = true)]
+    pub object_cache_dir: Option<PathBuf>,
+    /// For a store on an object store: the local cache's size in MiB [default: 1024]
+    #[arg(long, value_name = "MIB", global = true, value_parser = clap::value_parser!(u64).range(1..))]
+    pub object_cache_mib: Option<u64>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -386,11 +393,32 @@ pub struct Store {
     pub dir: PathBuf,
     pub codec: Codec,
     durability: Durability,
+    /// For a store on an object store: its local cache (directory, bytes).
+    object_cache: (Option<PathBuf>, Option<u64>),
 }
 
 impl Store {
     fn new(g: &Global) -> Self {
-        Self::with(g.data_dir.clone(), g.hex, g.no_fsync)
+        Self::with(g.data_dir.clone(), g.hex, g.no_fsync).object_cache(g)
+    }
+
+    /// With the object-store cache the global flags give.
+    pub fn object_cache(mut self, g: &Global) -> Self {
+        self.object_cache = (
+            g.object_cache_dir.clone(),
+            g.object_cache_mib.map(|m| m << 20),
+        );
+        self
+    }
+
+    /// The options every open starts from.
+    fn base_options(&self) -> Options {
+        let d = Options::default();
+        Options {
+            object_cache_dir: self.object_cache.0.clone(),
+            object_cache_bytes: self.object_cache.1.unwrap_or(d.object_cache_bytes),
+            ..d
+        }
     }
 
     /// The store in `dir` (the default directory when `None`).
@@ -403,6 +431,7 @@ impl Store {
             } else {
                 Durability::Fsync
             },
+            object_cache: (None, None),
         }
     }
 
@@ -412,7 +441,7 @@ impl Store {
         let opts = Options {
             read_only: true,
             create_if_missing: false,
-            ..Options::default()
+            ..self.base_options()
         };
         Ok(Db::open(&self.dir, opts)?)
     }
@@ -447,7 +476,7 @@ impl Store {
         let opts = Options {
             durability: self.durability,
             create_if_missing: false,
-            ..Options::default()
+            ..self.base_options()
         };
         Ok(Db::open(&self.dir, opts)?)
     }
@@ -456,7 +485,7 @@ impl Store {
     pub fn open_writable(&self) -> Result<Db> {
         let opts = Options {
             durability: self.durability,
-            ..Options::default()
+            ..self.base_options()
         };
         Ok(Db::open(&self.dir, opts)?)
     }

@@ -146,7 +146,8 @@ pub fn run(global: &Global, flags: &ServeFlags) -> Result<()> {
         global.data_dir.clone().or(file.data_dir.clone()),
         global.hex,
         global.no_fsync || file.no_fsync.unwrap_or(false),
-    );
+    )
+    .object_cache(global);
     let a = ServeArgs::merge(flags, file);
     if a.max_connections == 0 {
         return Err(CliError::Input(

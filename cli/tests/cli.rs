@@ -771,3 +771,54 @@ fn compact_after_deleting_everything_brings_the_files_under_a_mib() {
     assert_eq!(f.ok(&["scan"]), "");
     f.ok(&["check"]);
 }
+
+/// `-d` takes an object store's URL (here `file://`, the same code as
+/// `s3://`): writes, reads, scans, check and stats work there, the local
+/// cache goes where --object-cache-dir says, and stats count the requests.
+#[test]
+fn a_store_on_an_object_store_by_url() {
+    let tmp = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", tmp.path().join("bucket/store").display());
+    let cache = tmp.path().join("cache");
+    let cache_arg = cache.to_str().unwrap();
+    let run = |args: &[&str]| {
+        let out = Command::new(KIVI)
+            .args(["-d", &url, "--object-cache-dir", cache_arg])
+            .args(args)
+            .output()
+            .unwrap();
+        assert_success(&out, args);
+        stdout(&out)
+    };
+    run(&["put", "k1", "v1"]);
+    run(&["put", "k2", "v2"]);
+    assert!(
+        std::fs::read_dir(&cache).unwrap().count() > 0,
+        "the cache holds what was written"
+    );
+    assert_eq!(run(&["get", "k1"]), "v1\n");
+    assert_eq!(run(&["scan"]), "k1\tv1\nk2\tv2\n");
+    assert!(run(&["check"]).contains("no problems"));
+    let stats = run(&["stats"]);
+    assert!(
+        stats.contains("object gets") && stats.contains("local object cache"),
+        "{stats}"
+    );
+    assert!(tmp.path().join("bucket/store/meta/KIVI").exists());
+    // An empty prefix with create-if-missing off is no store.
+    let missing = format!("file://{}", tmp.path().join("bucket/other").display());
+    let out = Command::new(KIVI)
+        .args(["-d", &missing, "del", "k"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("not a kivi store"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        !tmp.path().join("bucket/other").exists(),
+        "refusing wrote nothing"
+    );
+}

@@ -156,10 +156,19 @@ impl Db {
             cache_dir: opts.object_cache_dir.clone(),
             cache_bytes: opts.object_cache_bytes,
             read_only: opts.read_only,
+            create_if_missing: opts.create_if_missing,
             ..Default::default()
         };
         let storage: Arc<dyn Storage> =
-            Arc::new(kivi_object_storage::ObjectStorage::open_url(url, config)?);
+            match kivi_object_storage::ObjectStorage::open_url(url, config) {
+                Err(kivi_storage::Error::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {
+                    return Err(Error::NotAStore {
+                        path: url.to_string(),
+                        reason: "no store here".into(),
+                    })
+                }
+                opened => Arc::new(opened?),
+            };
         let probe = storage.clone();
         let is_empty = move || -> Result<bool> { Ok(probe.list_segments()?.is_empty()) };
         Self::open_inner(storage, url.to_string(), opts, &is_empty)

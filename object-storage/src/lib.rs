@@ -54,6 +54,10 @@ use std::sync::Arc;
 /// segments are synced once per checkpoint, so most chunks are this size.
 pub const PAGE_CHUNK: usize = 8 << 20;
 
+/// The meta blob every store has (the engine's identity), whose absence
+/// with no log and no segments means there is no store under the prefix.
+const IDENTITY: &str = "KIVI";
+
 /// Log entries fetched at once while a store opens.
 const READ_AHEAD: usize = 32;
 
@@ -72,6 +76,9 @@ pub struct Config {
     /// long before each further try; 4 tries in all, on top of the
     /// client's own retries).
     pub retry_delay: std::time::Duration,
+    /// Whether a writable open of a prefix that holds nothing may start a
+    /// store there (else it fails with `NotFound`, writing nothing).
+    pub create_if_missing: bool,
 }
 
 impl Default for Config {
@@ -81,6 +88,7 @@ impl Default for Config {
             cache_bytes: 1 << 30,
             read_only: false,
             retry_delay: std::time::Duration::from_millis(20),
+            create_if_missing: true,
         }
     }
 }
@@ -98,6 +106,7 @@ struct Inner {
     /// This process's random id, in everything it writes.
     writer: [u8; 16],
     read_only: bool,
+    create_if_missing: bool,
     log: Mutex<LogState>,
     /// Every segment there is, by id.
     segments: RwLock<BTreeMap<SegmentId, Arc<Segment>>>,
@@ -228,6 +237,7 @@ impl ObjectStorage {
             cache,
             writer: rand::random(),
             read_only: config.read_only,
+            create_if_missing: config.create_if_missing,
             log: Mutex::new(LogState::default()),
             segments: RwLock::new(BTreeMap::new()),
         });
@@ -332,8 +342,19 @@ impl Inner {
         log.epoch = epoch.unwrap_or(0);
         log.next = n;
         self.load_pages(&mut segments)?;
+        let segments_empty = segments.is_empty();
         drop(segments);
         if !self.read_only {
+            let empty = n == 0
+                && segments_empty
+                && self.remote.get(&format::meta_name(IDENTITY))?.is_none();
+            if empty && !self.create_if_missing {
+                return Err(Error::Io(IoError::new(
+                    "open",
+                    self.remote.label.clone(),
+                    io::Error::new(io::ErrorKind::NotFound, "no store here"),
+                )));
+            }
             self.fence(&mut log)?;
         }
         Ok(())
