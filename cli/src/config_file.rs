@@ -1,7 +1,8 @@
 //! `kivi serve --config FILE`: the server's settings in a TOML file, for
 //! what a service manager starts and for passwords that should not show in
 //! `ps`. Each key is the long name of a `kivi serve` flag (or of the global
-//! `--data-dir` and `--no-fsync`); users are `[[user]]` tables. A flag given
+//! `--data-dir`, `--no-fsync`, `--object-cache-dir`, `--object-cache-mib`
+//! and `--commit-wait-ms`); users are `[[user]]` tables. A flag given
 //! on the command line wins over the file, the file over the default. An
 //! unknown key is refused, naming it, rather than ignored: a misspelt
 //! `requirepas` must not leave a server open. The format is documented in
@@ -20,6 +21,9 @@ const MAX_FILE_BYTES: u64 = 1 << 20;
 pub struct ServeFile {
     pub data_dir: Option<PathBuf>,
     pub no_fsync: Option<bool>,
+    pub object_cache_dir: Option<PathBuf>,
+    pub object_cache_mib: Option<u64>,
+    pub commit_wait_ms: Option<u64>,
     pub resp: Option<String>,
     pub no_resp: Option<bool>,
     pub tls: Option<String>,
@@ -113,6 +117,9 @@ mod tests {
             r#"
             data-dir = "/var/lib/kivi"
             no-fsync = true
+            object-cache-dir = "/var/cache/kivi"
+            object-cache-mib = 2048
+            commit-wait-ms = 5
             resp = "0.0.0.0:6380"
             no-resp = false
             tls = "0.0.0.0:6443"
@@ -141,6 +148,9 @@ mod tests {
             ServeFile {
                 data_dir: Some("/var/lib/kivi".into()),
                 no_fsync: Some(true),
+                object_cache_dir: Some("/var/cache/kivi".into()),
+                object_cache_mib: Some(2048),
+                commit_wait_ms: Some(5),
                 resp: Some("0.0.0.0:6380".into()),
                 no_resp: Some(false),
                 tls: Some("0.0.0.0:6443".into()),

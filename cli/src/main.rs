@@ -59,6 +59,7 @@ use kivi::{Db, Durability, Options};
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 const DEFAULT_DIR: &str = "./kivi-data";
 
@@ -86,7 +87,7 @@ struct Cli {
     command: Command,
 }
 
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Clone)]
 pub struct Global {
     /// Store directory, or an object store's URL (s3://BUCKET/PREFIX, file:///PATH) [default: ./kivi-data]
     #[arg(short = 'd', long = "data-dir", value_name = "DIR", global = true)]
@@ -108,6 +109,10 @@ pub struct Global {
     /// For a store on an object store: the local cache's size in MiB [default: 1024]
     #[arg(long, value_name = "MIB", global = true, value_parser = clap::value_parser!(u64).range(1..))]
     pub object_cache_mib: Option<u64>,
+    /// How long a group commit waits for more writes to join it, in milliseconds: more
+    /// latency, fewer commits (on an object store, fewer PUTs) [default: 0]
+    #[arg(long, value_name = "MS", global = true, value_parser = clap::value_parser!(u64).range(0..=1000))]
+    pub commit_wait_ms: Option<u64>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -395,19 +400,21 @@ pub struct Store {
     durability: Durability,
     /// For a store on an object store: its local cache (directory, bytes).
     object_cache: (Option<PathBuf>, Option<u64>),
+    commit_wait: Duration,
 }
 
 impl Store {
     fn new(g: &Global) -> Self {
-        Self::with(g.data_dir.clone(), g.hex, g.no_fsync).object_cache(g)
+        Self::with(g.data_dir.clone(), g.hex, g.no_fsync).tuned(g)
     }
 
-    /// With the object-store cache the global flags give.
-    pub fn object_cache(mut self, g: &Global) -> Self {
+    /// With the object-store cache and the commit wait the global flags give.
+    pub fn tuned(mut self, g: &Global) -> Self {
         self.object_cache = (
             g.object_cache_dir.clone(),
             g.object_cache_mib.map(|m| m << 20),
         );
+        self.commit_wait = Duration::from_millis(g.commit_wait_ms.unwrap_or(0));
         self
     }
 
@@ -417,6 +424,7 @@ impl Store {
         Options {
             object_cache_dir: self.object_cache.0.clone(),
             object_cache_bytes: self.object_cache.1.unwrap_or(d.object_cache_bytes),
+            commit_wait: self.commit_wait,
             ..d
         }
     }
@@ -432,6 +440,7 @@ impl Store {
                 Durability::Fsync
             },
             object_cache: (None, None),
+            commit_wait: Duration::ZERO,
         }
     }
 

@@ -147,7 +147,20 @@ pub fn run(global: &Global, flags: &ServeFlags) -> Result<()> {
         global.hex,
         global.no_fsync || file.no_fsync.unwrap_or(false),
     )
-    .object_cache(global);
+    .tuned(&Global {
+        object_cache_dir: global
+            .object_cache_dir
+            .clone()
+            .or(file.object_cache_dir.clone()),
+        object_cache_mib: global.object_cache_mib.or(file.object_cache_mib),
+        commit_wait_ms: global.commit_wait_ms.or(file.commit_wait_ms),
+        ..global.clone()
+    });
+    if file.commit_wait_ms.is_some_and(|ms| ms > 1000) {
+        return Err(CliError::Input(
+            "commit-wait-ms must be at most 1000".into(),
+        ));
+    }
     let a = ServeArgs::merge(flags, file);
     if a.max_connections == 0 {
         return Err(CliError::Input(

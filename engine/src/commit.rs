@@ -101,9 +101,11 @@ struct Decided<'g> {
 }
 
 impl CommitPath {
-    pub fn new(writer: Option<Writer>) -> CommitPath {
+    /// `group_wait`: how long a leader waits for more writes before it
+    /// takes a group (`Options::commit_wait`).
+    pub fn new(writer: Option<Writer>, group_wait: std::time::Duration) -> CommitPath {
         CommitPath {
-            pipeline: Pipeline::default(),
+            pipeline: Pipeline::new(group_wait),
             writer: Mutex::new(writer),
         }
     }

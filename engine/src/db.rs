@@ -252,12 +252,13 @@ impl Db {
             replayed: rec.replayed,
             damage: rec.damage.iter().map(|c| c.to_string()).collect(),
         };
+        let commit_wait = opts.commit_wait;
         let store = Store::new(
             path, storage, pager, tree_cfg, opts, store_id, version, counters, opened,
         );
         let inner = Arc::new(Inner {
             store: Arc::new(store),
-            commit: CommitPath::new(writer),
+            commit: CommitPath::new(writer, commit_wait),
             checkpointer,
             backpressure: Backpressure::new(pacer),
             background: Background::default(),

@@ -66,6 +66,12 @@ pub struct Options {
     /// For a store on an object store: the most bytes its local cache holds
     /// (default 1 GiB).
     pub object_cache_bytes: u64,
+    /// How long a group commit waits for more writes to join it before it
+    /// commits (default zero: at once; writes that arrive meanwhile form
+    /// the next group). At most one second. On an object store each group
+    /// commit is one PUT, billed by the request: under concurrent writers,
+    /// waiting a few milliseconds trades that much latency for fewer PUTs.
+    pub commit_wait: std::time::Duration,
 }
 
 impl Default for Options {
@@ -83,6 +89,7 @@ impl Default for Options {
             clock: crate::Clock::system(),
             object_cache_dir: None,
             object_cache_bytes: 1 << 30,
+            commit_wait: std::time::Duration::ZERO,
         }
     }
 }
@@ -131,6 +138,9 @@ impl Options {
         }
         if !(1 << 16..=1 << 31).contains(&self.segment_bytes) {
             return bad("segment_bytes must be between 64 KiB and 2 GiB");
+        }
+        if self.commit_wait > std::time::Duration::from_secs(1) {
+            return bad("commit_wait must be at most one second");
         }
         if self.cache_bytes < 64 << 10 {
             return bad("cache_bytes must be at least 64 KiB");

@@ -111,10 +111,13 @@ pub(crate) struct Pipeline {
     queue: Mutex<Queue>,
     room: Condvar,
     notifier: Mutex<Option<std::sync::mpsc::SyncSender<Answers>>>,
+    /// How long a leader lets writes gather before it takes a group.
+    group_wait: std::time::Duration,
 }
 
-impl Default for Pipeline {
-    fn default() -> Self {
+impl Pipeline {
+    /// A pipeline whose leaders wait `group_wait` before taking each group.
+    pub fn new(group_wait: std::time::Duration) -> Self {
         // Each waiting writer has one ticket, so the answers in flight are
         // bounded by the writers anyway; the bound makes a slow notifier slow
         // the leader down rather than pile up.
@@ -134,6 +137,7 @@ impl Default for Pipeline {
             queue: Mutex::default(),
             room: Condvar::new(),
             notifier: Mutex::new(Some(tx)),
+            group_wait,
         }
     }
 }
@@ -248,6 +252,9 @@ impl Pipeline {
         let mut my_reply = None;
         let mut extra_groups = 0;
         loop {
+            if !self.group_wait.is_zero() {
+                std::thread::sleep(self.group_wait);
+            }
             let group = {
                 let mut q = self.queue.lock();
                 let mut group = Vec::new();
