@@ -155,6 +155,22 @@ pub fn render(shared: &Shared, sections: &[Vec<u8>]) -> String {
             ),
             ("kivi_page_reads", st.page_reads.to_string()),
         ]);
+        if st.object_puts + st.object_gets + st.object_lists > 0 {
+            server_stats.extend([
+                ("kivi_object_puts", st.object_puts.to_string()),
+                ("kivi_object_put_bytes", st.object_put_bytes.to_string()),
+                ("kivi_object_gets", st.object_gets.to_string()),
+                ("kivi_object_get_bytes", st.object_get_bytes.to_string()),
+                ("kivi_object_deletes", st.object_deletes.to_string()),
+                ("kivi_object_lists", st.object_lists.to_string()),
+                ("kivi_object_cache_hits", st.object_cache_hits.to_string()),
+                (
+                    "kivi_object_cache_misses",
+                    st.object_cache_misses.to_string(),
+                ),
+                ("kivi_object_cache_bytes", st.object_cache_bytes.to_string()),
+            ]);
+        }
     }
     section("Stats", server_stats);
     section(

@@ -434,6 +434,64 @@ impl Collector for Collect {
             "Time writes were held back in all",
             st.write_stall_us as f64 * 1e-6,
         )?;
+        if st.object_puts + st.object_gets + st.object_lists > 0 {
+            // A store on an object store: what it costs, by request kind.
+            let mut m = e.encode_descriptor(
+                "kivi_object_requests",
+                "Requests to the object store, by kind (one put per group commit)",
+                None,
+                MetricType::Counter,
+            )?;
+            for (kind, n) in [
+                ("put", st.object_puts),
+                ("get", st.object_gets),
+                ("delete", st.object_deletes),
+                ("list", st.object_lists),
+            ] {
+                m.encode_family(&[("kind", kind)])?
+                    .encode_counter::<NoLabelSet, _, u64>(&n, None)?;
+            }
+            let mut m = e.encode_descriptor(
+                "kivi_object_bytes",
+                "Bytes moved to (put) and from (get) the object store",
+                None,
+                MetricType::Counter,
+            )?;
+            for (direction, n) in [("put", st.object_put_bytes), ("get", st.object_get_bytes)] {
+                m.encode_family(&[("direction", direction)])?
+                    .encode_counter::<NoLabelSet, _, u64>(&n, None)?;
+            }
+            counter(
+                e,
+                "kivi_object_conflicts",
+                "Puts that found their name taken, settled by reading the object back",
+                st.object_conflicts,
+            )?;
+            counter(
+                e,
+                "kivi_object_retries",
+                "Object store requests tried again after a failure",
+                st.object_retries,
+            )?;
+            counter(
+                e,
+                "kivi_object_cache_hits",
+                "Reads of objects the local cache answered",
+                st.object_cache_hits,
+            )?;
+            counter(
+                e,
+                "kivi_object_cache_misses",
+                "Reads of objects that went to the object store",
+                st.object_cache_misses,
+            )?;
+            gauge(
+                e,
+                "kivi_object_cache_bytes",
+                "Bytes in the local cache of objects",
+                st.object_cache_bytes,
+            )?;
+        }
         gauge(
             e,
             "kivi_background_error",

@@ -103,6 +103,18 @@ def test_kill_9_under_load_loses_nothing_acknowledged():
             got = after.client.mget(part)
             for k, v in zip(part, got):
                 assert v == f"value of {k}".encode(), f"{k} acknowledged, then lost"
+    # One put per group commit, counted in INFO; no list after the open.
+    stats = after.client.info("stats")
+    assert stats["kivi_object_puts"] > 0 and stats["kivi_object_lists"] <= 3, stats
+    after.client.set("warm", "up")  # the first write after an open starts a commit segment
+    stats = after.client.info("stats")
+    before = stats["kivi_object_puts"], stats["kivi_group_commits"]
+    for i in range(20):
+        after.client.set(f"counted-{i}", "v")
+    stats = after.client.info("stats")
+    puts = stats["kivi_object_puts"] - before[0]
+    commits = stats["kivi_group_commits"] - before[1]
+    assert commits == 20 and puts == 20, (puts, commits)
     after.stop()
     assert "no problems" in kivi(url, "check")
 
@@ -128,3 +140,24 @@ def test_a_paused_writer_commits_nothing_after_a_takeover():
     missing = subprocess.run([KIVI, "-d", url, "get", "late"], capture_output=True, text=True)
     assert missing.returncode == 1 and "key not found" in missing.stderr, missing
     assert kivi(url, "scan").split("\n")[:-1] == ["after\t5", "before\t1", "during\t2"]
+
+
+def test_metrics_count_object_requests_by_kind():
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "server"))
+    from test_metrics import Served
+
+    served = Served(fresh_url(), flags=("--metrics", "127.0.0.1:0"))
+    try:
+        c = served.client()
+        for i in range(10):
+            c.set(f"k{i}", "v")
+        samples = served.scrape()
+        puts = samples[("kivi_object_requests_total", (("kind", "put"),))]
+        assert puts >= 10, samples
+        assert samples[("kivi_object_requests_total", (("kind", "list"),))] >= 1
+        assert samples[("kivi_object_bytes_total", (("direction", "put"),))] > 0
+        assert ("kivi_object_cache_bytes", ()) in samples
+    finally:
+        assert served.stop() == 0
