@@ -164,9 +164,23 @@ struct Chunk {
     /// Where its payload starts in the segment.
     offset: u64,
     len: u64,
-    /// The object (name relative to the prefix) and where the payload starts in it.
-    object: String,
-    header: u64,
+    /// For a commit segment, the log entry holding it; a page segment's
+    /// chunk is named by its segment and offset. (A commit segment may
+    /// hold hundreds of thousands of small commits: 24 bytes each here.)
+    log_entry: Option<u64>,
+}
+
+impl Chunk {
+    /// The object holding the chunk, and where its payload starts in it.
+    fn object(&self, segment: SegmentId) -> (String, u64) {
+        match self.log_entry {
+            Some(n) => (format::log_name(n), LOG_HEADER as u64),
+            None => (
+                format::chunk_name(segment, self.offset),
+                CHUNK_HEADER as u64,
+            ),
+        }
+    }
 }
 
 fn read_only_error(op: &'static str, target: String) -> IoError {
@@ -398,8 +412,7 @@ impl Inner {
                     b.chunks.push(Chunk {
                         offset: e.offset,
                         len: e.payload_len,
-                        object: name,
-                        header: LOG_HEADER as u64,
+                        log_entry: Some(n),
                     });
                 }
             }
@@ -448,8 +461,7 @@ impl Inner {
                     b.chunks.push(Chunk {
                         offset,
                         len: size - CHUNK_HEADER as u64,
-                        object: name,
-                        header: CHUNK_HEADER as u64,
+                        log_entry: None,
                     });
                 }
             }
@@ -792,7 +804,7 @@ impl Storage for ObjectStorage {
                     .read()
                     .chunks
                     .iter()
-                    .map(|c| c.object.clone())
+                    .map(|c| c.object(id).0)
                     .collect();
                 for object in chunks {
                     inner.remote.delete(&object)?;
@@ -883,7 +895,7 @@ impl Writer {
             Kind::Commit => self
                 .inner
                 .append_entry(EntryKind::Data, self.seg.id, offset, &payload)
-                .map(|n| (format::log_name(n), LOG_HEADER as u64)),
+                .map(Some),
             Kind::Page => {
                 let name = format::chunk_name(self.seg.id, offset);
                 let bytes = Bytes::from(format::encode_chunk(
@@ -895,7 +907,7 @@ impl Writer {
                 match self.inner.remote.put_create(&name, bytes.clone()) {
                     Ok(Created::Ours) => {
                         self.inner.cache_object(&name, &bytes);
-                        Ok((name, CHUNK_HEADER as u64))
+                        Ok(None)
                     }
                     Ok(Created::Theirs(_)) => Err(IoError::new(
                         "write",
@@ -909,7 +921,7 @@ impl Writer {
                 }
             }
         };
-        let (object, header) = match stored {
+        let log_entry = match stored {
             Ok(s) => s,
             Err(e) => {
                 self.broken = true;
@@ -922,8 +934,7 @@ impl Writer {
         b.chunks.push(Chunk {
             offset,
             len: payload.len() as u64,
-            object,
-            header,
+            log_entry,
         });
         drop(b);
         if let Some(hook) = &self.after_step {
@@ -1012,12 +1023,9 @@ impl SegmentReader for Reader {
             let from = offset.max(c.offset);
             let to = end.min(c.offset + c.len);
             let dst = &mut buf[(from - offset) as usize..(to - offset) as usize];
-            self.inner.read_object(
-                &c.object,
-                c.header + c.len,
-                c.header + (from - c.offset),
-                dst,
-            )?;
+            let (object, header) = c.object(self.seg.id);
+            self.inner
+                .read_object(&object, header + c.len, header + (from - c.offset), dst)?;
         }
         Ok(())
     }
