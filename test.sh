@@ -35,13 +35,23 @@ cargo clippy --workspace --all-targets --locked --features kivi-cli/peers,kivi-b
 # against the others as packaged (a dry run: nothing is uploaded, no token
 # needed; --allow-dirty so that uncommitted work is what is checked), and
 # its documentation has no broken link.
-published=(kivi-storage kivi-log kivi-tree kivi-tables kivi-db)
+published=(kivi-storage kivi-object-storage kivi-log kivi-tree kivi-tables kivi-db)
 for p in "${published[@]}"; do
     files=$(cargo package --list --allow-dirty --locked --quiet -p "$p")
     grep -qx LICENSE-MIT <<<"$files" && grep -qx LICENSE-APACHE <<<"$files" ||
         { echo "test.sh: the package of $p lacks LICENSE-MIT or LICENSE-APACHE" >&2; exit 1; }
 done
-cargo publish --dry-run --allow-dirty --locked --quiet "${published[@]/#/--package=}"
+# Cargo takes the packaged crates of a dry run as registry crates, which it
+# never expects to change: it reuses their sources extracted under
+# CARGO_HOME and their builds, by name and version. So that a rerun after a
+# change to one of them does not verify the others against its old build
+# (the version stays 0.1.0 between releases), the builds go to a target
+# directory of their own whose kivi parts are removed first, as are the
+# extracted sources.
+rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/-*/kivi-*
+rm -rf target/publish-check/debug/{deps,.fingerprint,build}/*kivi*
+CARGO_TARGET_DIR=target/publish-check \
+    cargo publish --dry-run --allow-dirty --locked --quiet "${published[@]/#/--package=}"
 RUSTDOCFLAGS=-Dwarnings cargo doc --no-deps --locked --quiet "${published[@]/#/--package=}"
 cargo test --workspace --locked --features kivi-cli/peers,kivi-bench/peers
 # The kivi a plain build makes, without the benchmark suite: lint-clean, and
