@@ -842,9 +842,31 @@ impl Storage for ObjectStorage {
                 self.inner.remote.target(&format::meta_name(name)),
             ));
         }
-        self.inner
+        // Meta blobs are written once, when a store is made (stores on an
+        // object store start at the current format, so none is upgraded in
+        // place): created only if absent, so that two processes making a
+        // store under one prefix at once cannot both win, and a fenced
+        // writer cannot replace what the new one wrote.
+        let target = format::meta_name(name);
+        if let Some(why) = self.fenced() {
+            return Err(other("write", self.inner.remote.target(&target), why));
+        }
+        match self
+            .inner
             .remote
-            .put_overwrite(&format::meta_name(name), Bytes::copy_from_slice(bytes))
+            .put_create(&target, Bytes::copy_from_slice(bytes))?
+        {
+            Created::Ours => Ok(()),
+            Created::Theirs(found) if found == bytes => Ok(()),
+            Created::Theirs(_) => Err(IoError::new(
+                "write",
+                self.inner.remote.target(&target),
+                io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    "another process wrote it first (made a store here at the same time)",
+                ),
+            )),
+        }
     }
 
     fn segment_name(&self, id: SegmentId) -> String {

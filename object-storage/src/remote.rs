@@ -328,32 +328,6 @@ impl Remote {
         }
     }
 
-    /// Replaces `rel` with `bytes` (meta blobs only: nothing else is ever
-    /// overwritten).
-    pub fn put_overwrite(&self, rel: &str, bytes: Bytes) -> Result<(), IoError> {
-        let mut last = None;
-        for attempt in 0..ATTEMPTS {
-            self.backoff(attempt);
-            self.counters.puts.fetch_add(1, Relaxed);
-            self.counters
-                .put_bytes
-                .fetch_add(bytes.len() as u64, Relaxed);
-            let (store, path, payload) = (self.store.clone(), self.path(rel), bytes.clone());
-            let put = self
-                .run(async move { store.put(&path, PutPayload::from_bytes(payload)).await })
-                .map_err(|e| IoError::new("put", self.target(rel), e))?;
-            match put {
-                Ok(_) => return Ok(()),
-                Err(e) => last = Some(e),
-            }
-        }
-        Err(from_store(
-            "put",
-            self.target(rel),
-            last.expect("failed at least once"),
-        ))
-    }
-
     /// Deletes `rel`; deleting what is not there succeeds.
     pub fn delete(&self, rel: &str) -> Result<(), IoError> {
         let mut last = None;
