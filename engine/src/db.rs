@@ -151,7 +151,7 @@ impl Db {
     /// `kivi_object_storage::ObjectStorage::open_url`. A writable open takes
     /// the writer's role from whoever had it: their next commit fails.
     #[cfg(feature = "object-store")]
-    fn open_url(url: &str, opts: Options) -> Result<Db> {
+    fn open_url_once(url: &str, opts: Options) -> Result<Db> {
         let config = kivi_object_storage::Config {
             cache_dir: opts.object_cache_dir.clone(),
             cache_bytes: opts.object_cache_bytes,
@@ -172,6 +172,25 @@ impl Db {
         let probe = storage.clone();
         let is_empty = move || -> Result<bool> { Ok(probe.list_segments()?.is_empty()) };
         Self::open_inner(storage, url.to_string(), opts, &is_empty)
+    }
+
+    /// [`Self::open_url_once`], tried again (up to 5 times in all, 200 ms
+    /// apart) when an object it listed was gone when read: a writer this
+    /// open displaced may still be deleting the page segments its last
+    /// checkpoint retired (they are garbage to this open too).
+    #[cfg(feature = "object-store")]
+    fn open_url(url: &str, opts: Options) -> Result<Db> {
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match Self::open_url_once(url, opts.clone()) {
+                Err(Error::Io(e)) if e.kind() == std::io::ErrorKind::NotFound && tries < 5 => {
+                    tracing::info!(store = url, error = %e, "an object was deleted while the store opened; opening again");
+                    std::thread::sleep(std::time::Duration::from_millis(200));
+                }
+                other => return other,
+            }
+        }
     }
 
     #[cfg(not(feature = "object-store"))]

@@ -293,16 +293,53 @@ impl Inner {
     fn load(&self) -> Result<(), Error> {
         let mut log = self.log.lock();
         let mut segments = self.segments.write();
+        let (epoch, n) = self.read_log(&mut log, &mut segments)?;
+        log.epoch = epoch.unwrap_or(0);
+        log.next = n;
+        self.load_pages(&mut segments)?;
+        let segments_empty = segments.is_empty();
+        drop(segments);
+        if !self.read_only {
+            let empty = n == 0
+                && segments_empty
+                && self.remote.get(&format::meta_name(IDENTITY))?.is_none();
+            if empty && !self.create_if_missing {
+                return Err(Error::Io(IoError::new(
+                    "open",
+                    self.remote.label.clone(),
+                    io::Error::new(io::ErrorKind::NotFound, "no store here"),
+                )));
+            }
+            self.fence(&mut log)?;
+        }
+        Ok(())
+    }
+
+    /// The newest `start/` marker, if any.
+    fn newest_start(&self) -> Result<Option<u64>, IoError> {
+        Ok(self
+            .remote
+            .list("start")?
+            .into_iter()
+            .filter_map(|(name, _)| name.strip_prefix("start/")?.parse::<u64>().ok())
+            .max())
+    }
+
+    /// Reads the log from its start to its end into `log` and `segments`,
+    /// and returns the epoch there and the end's number. While another
+    /// writer still runs, it may delete old entries under the reading (its
+    /// latest checkpoint covers them): a missing entry is taken for the end
+    /// only if the start has not moved past it.
+    fn read_log(
+        &self,
+        log: &mut LogState,
+        segments: &mut BTreeMap<SegmentId, Arc<Segment>>,
+    ) -> Result<(Option<u64>, u64), Error> {
         // The log's start: the newest `start/` object (each deletion of old
         // entries creates one first; an old writer cannot move it back).
-        for (name, _) in self.remote.list("start")? {
-            if let Some(n) = name
-                .strip_prefix("start/")
-                .and_then(|d| d.parse::<u64>().ok())
-            {
-                log.start = log.start.max(n);
-                log.start_marked = true;
-            }
+        if let Some(start) = self.newest_start()? {
+            log.start = start;
+            log.start_marked = true;
         }
         // Entries of earlier writers in a fence's dead zone: listed only to be deleted.
         let listed: BTreeSet<u64> = self
@@ -330,7 +367,31 @@ impl Inner {
                 }
             }
             let Some(bytes) = fetched.remove(&n).expect("just fetched") else {
-                break; // the log's end
+                // The end, unless the entry was deleted under the reading:
+                // then the start moved past it, and everything before the
+                // new start belongs to commit segments the other writer
+                // deleted (it moves the start to its oldest live segment's
+                // creation). Reading goes on from there.
+                match self.newest_start()? {
+                    Some(start) if start > n => {
+                        log.start = start;
+                        log.present = log.present.split_off(&start);
+                        let gone: Vec<SegmentId> = log
+                            .created_at
+                            .iter()
+                            .filter(|(_, &at)| at < start)
+                            .map(|(&id, _)| id)
+                            .collect();
+                        for id in gone {
+                            log.created_at.remove(&id);
+                            segments.remove(&id);
+                        }
+                        fetched.clear();
+                        n = start;
+                        continue;
+                    }
+                    _ => return Ok((epoch, n)),
+                }
             };
             let name = format::log_name(n);
             let e = format::decode_entry(&bytes).map_err(|why| self.corrupt(&name, why))?;
@@ -342,7 +403,7 @@ impl Inner {
             }
             epoch = Some(e.epoch);
             log.present.insert(n, e.kind);
-            self.apply(&mut log, &mut segments, n, &e, &bytes)?;
+            self.apply(log, segments, n, &e, &bytes)?;
             self.cache_object(&name, &bytes);
             if e.kind == EntryKind::Fence {
                 for stray in listed.range(n + 1..n + e.offset) {
@@ -353,25 +414,6 @@ impl Inner {
                 n += 1;
             }
         }
-        log.epoch = epoch.unwrap_or(0);
-        log.next = n;
-        self.load_pages(&mut segments)?;
-        let segments_empty = segments.is_empty();
-        drop(segments);
-        if !self.read_only {
-            let empty = n == 0
-                && segments_empty
-                && self.remote.get(&format::meta_name(IDENTITY))?.is_none();
-            if empty && !self.create_if_missing {
-                return Err(Error::Io(IoError::new(
-                    "open",
-                    self.remote.label.clone(),
-                    io::Error::new(io::ErrorKind::NotFound, "no store here"),
-                )));
-            }
-            self.fence(&mut log)?;
-        }
-        Ok(())
     }
 
     /// Applies log entry `n` (valid, of the current epoch) to the segments.
