@@ -1013,12 +1013,9 @@ impl SegmentWriter for Writer {
         if self.broken {
             return Err(self.broken_error("append to"));
         }
-        let pending = {
-            let mut b = self.seg.bytes.write();
-            b.pending.extend_from_slice(bytes);
-            b.pending.len()
-        };
-        if self.seg.kind == Kind::Page && pending >= PAGE_CHUNK {
+        self.seg.bytes.write().pending.extend_from_slice(bytes);
+        // A page segment puts every full chunk now (an append may fill several).
+        while self.seg.kind == Kind::Page && self.seg.bytes.read().pending.len() >= PAGE_CHUNK {
             self.store_pending(PAGE_CHUNK)?;
         }
         Ok(())
