@@ -45,13 +45,16 @@ done
 # never expects to change: it reuses their sources extracted under
 # CARGO_HOME and their builds, by name and version. So that a rerun after a
 # change to one of them does not verify the others against its old build
-# (the version stays 0.1.0 between releases), the builds go to a target
-# directory of their own whose kivi parts are removed first, as are the
-# extracted sources.
+# (the version stays 0.1.0 between releases), those sources and builds
+# (the ones whose dependency files name sources under the registry) are
+# removed first; the workspace's own builds stay.
 rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/-*/kivi-*
-rm -rf target/publish-check/debug/{deps,.fingerprint,build}/*kivi*
-CARGO_TARGET_DIR=target/publish-check \
-    cargo publish --dry-run --allow-dirty --locked --quiet "${published[@]/#/--package=}"
+for dep in target/debug/deps/kivi_*.d; do
+    [ -e "$dep" ] && grep -q '/registry/src/-[^/ ]*/kivi-' "$dep" || continue
+    name=$(basename "${dep%.d}")
+    rm -f "$dep" target/debug/deps/lib"$name".*
+done
+cargo publish --dry-run --allow-dirty --locked --quiet "${published[@]/#/--package=}"
 RUSTDOCFLAGS=-Dwarnings cargo doc --no-deps --locked --quiet "${published[@]/#/--package=}"
 cargo test --workspace --locked --features kivi-cli/peers,kivi-bench/peers
 # The kivi a plain build makes, without the benchmark suite: lint-clean, and
