@@ -120,10 +120,9 @@ struct LogState {
     next: u64,
     /// Set once another writer fenced this one: why writes fail.
     fenced: Option<String>,
-    /// The oldest number still read at open (`start/` objects).
+    /// The oldest number still read at open: the newest `start/` object's,
+    /// or 0 when there is none (a trim never marks 0).
     start: u64,
-    /// Whether a `start/` object holds `start` (none does for 0).
-    start_marked: bool,
     /// Entries (and stray objects) known at `start` or later, for deleting
     /// the ones no live segment needs; fences are never deleted.
     present: BTreeMap<u64, EntryKind>,
@@ -337,10 +336,7 @@ impl Inner {
     ) -> Result<(Option<u64>, u64), Error> {
         // The log's start: the newest `start/` object (each deletion of old
         // entries creates one first; an old writer cannot move it back).
-        if let Some(start) = self.newest_start()? {
-            log.start = start;
-            log.start_marked = true;
-        }
+        log.start = self.newest_start()?.unwrap_or(0);
         // Entries of earlier writers in a fence's dead zone: listed only to be deleted.
         let listed: BTreeSet<u64> = self
             .remote
@@ -703,9 +699,8 @@ impl Inner {
             return Ok(());
         }
         let marker = format!("start/{new_start:020}");
-        if let Created::Theirs(_) = self.remote.put_create(&marker, Bytes::from_static(b""))? {
-            // Someone made the same marker: it says the same thing.
-        }
+        // Empty: if someone made the same marker, it says the same thing.
+        self.remote.put_create(&marker, Bytes::from_static(b""))?;
         let old: Vec<(u64, EntryKind)> = log
             .present
             .range(..new_start)
@@ -717,11 +712,10 @@ impl Inner {
             }
             log.present.remove(&n);
         }
-        if log.start_marked {
+        if log.start > 0 {
             self.remote.delete(&format!("start/{:020}", log.start))?;
         }
         log.start = new_start;
-        log.start_marked = true;
         Ok(())
     }
 }

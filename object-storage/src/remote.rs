@@ -97,14 +97,6 @@ impl Drop for Remote {
     }
 }
 
-fn io_err(
-    op: &'static str,
-    target: String,
-    e: impl Into<Box<dyn std::error::Error + Send + Sync>>,
-) -> IoError {
-    IoError::new(op, target, io::Error::other(e))
-}
-
 fn from_store(op: &'static str, target: String, e: object_store::Error) -> IoError {
     let kind = match e {
         object_store::Error::NotFound { .. } => io::ErrorKind::NotFound,
@@ -392,5 +384,5 @@ impl Remote {
 
 /// A message as an I/O error of `op` on `target`.
 pub(crate) fn other(op: &'static str, target: String, msg: String) -> IoError {
-    io_err(op, target, msg)
+    IoError::new(op, target, io::Error::other(msg))
 }
