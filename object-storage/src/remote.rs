@@ -164,35 +164,48 @@ impl Remote {
         format!("{}/{rel}", self.label.trim_end_matches('/'))
     }
 
-    /// The whole object, or `None` if there is none of that name.
-    pub fn get(&self, rel: &str) -> Result<Option<Bytes>, IoError> {
+    /// Runs one request (made afresh by `request` for each try) until it
+    /// succeeds, finds nothing (NotFound is an answer, not a failure), or
+    /// has failed `ATTEMPTS` times; counts every try in `tries`.
+    fn retried<T, F>(
+        &self,
+        op: &'static str,
+        rel: &str,
+        tries: &AtomicU64,
+        request: impl Fn(Arc<dyn ObjectStore>, Path) -> F,
+    ) -> Result<object_store::Result<T>, IoError>
+    where
+        T: Send + 'static,
+        F: Future<Output = object_store::Result<T>> + Send + 'static,
+    {
         let mut last = None;
         for attempt in 0..ATTEMPTS {
             self.backoff(attempt);
-            self.counters.gets.fetch_add(1, Relaxed);
-            let (store, path) = (self.store.clone(), self.path(rel));
-            let got = self
-                .run(async move {
-                    match store.get(&path).await {
-                        Ok(r) => r.bytes().await,
-                        Err(e) => Err(e),
-                    }
-                })
-                .map_err(|e| IoError::new("get", self.target(rel), e))?;
-            match got {
-                Ok(b) => {
-                    self.counters.get_bytes.fetch_add(b.len() as u64, Relaxed);
-                    return Ok(Some(b));
-                }
-                Err(object_store::Error::NotFound { .. }) => return Ok(None),
-                Err(e) => last = Some(e),
+            tries.fetch_add(1, Relaxed);
+            let answer = self
+                .run(request(self.store.clone(), self.path(rel)))
+                .map_err(|e| IoError::new(op, self.target(rel), e))?;
+            match answer {
+                Err(e) if !matches!(e, object_store::Error::NotFound { .. }) => last = Some(e),
+                answer => return Ok(answer),
             }
         }
-        Err(from_store(
-            "get",
-            self.target(rel),
-            last.expect("failed at least once"),
-        ))
+        Ok(Err(last.expect("failed at least once")))
+    }
+
+    /// The whole object, or `None` if there is none of that name.
+    pub fn get(&self, rel: &str) -> Result<Option<Bytes>, IoError> {
+        let got = self.retried("get", rel, &self.counters.gets, |store, path| async move {
+            store.get(&path).await?.bytes().await
+        })?;
+        match got {
+            Ok(b) => {
+                self.counters.get_bytes.fetch_add(b.len() as u64, Relaxed);
+                Ok(Some(b))
+            }
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(from_store("get", self.target(rel), e)),
+        }
     }
 
     /// Several whole objects at once (`None` for a name with no object):
@@ -233,30 +246,13 @@ impl Remote {
 
     /// Bytes `range` of an object that exists.
     pub fn get_range(&self, rel: &str, range: Range<u64>) -> Result<Bytes, IoError> {
-        let mut last = None;
-        for attempt in 0..ATTEMPTS {
-            self.backoff(attempt);
-            self.counters.gets.fetch_add(1, Relaxed);
-            let (store, path, r) = (self.store.clone(), self.path(rel), range.clone());
-            let got = self
-                .run(async move { store.get_range(&path, r).await })
-                .map_err(|e| IoError::new("get", self.target(rel), e))?;
-            match got {
-                Ok(b) => {
-                    self.counters.get_bytes.fetch_add(b.len() as u64, Relaxed);
-                    return Ok(b);
-                }
-                Err(e @ object_store::Error::NotFound { .. }) => {
-                    return Err(from_store("get", self.target(rel), e))
-                }
-                Err(e) => last = Some(e),
-            }
-        }
-        Err(from_store(
-            "get",
-            self.target(rel),
-            last.expect("failed at least once"),
-        ))
+        let got = self.retried("get", rel, &self.counters.gets, |store, path| {
+            let range = range.clone();
+            async move { store.get_range(&path, range).await }
+        })?;
+        let b = got.map_err(|e| from_store("get", self.target(rel), e))?;
+        self.counters.get_bytes.fetch_add(b.len() as u64, Relaxed);
+        Ok(b)
     }
 
     /// Creates `rel` holding `bytes` unless the name is taken. Every
@@ -322,24 +318,16 @@ impl Remote {
 
     /// Deletes `rel`; deleting what is not there succeeds.
     pub fn delete(&self, rel: &str) -> Result<(), IoError> {
-        let mut last = None;
-        for attempt in 0..ATTEMPTS {
-            self.backoff(attempt);
-            self.counters.deletes.fetch_add(1, Relaxed);
-            let (store, path) = (self.store.clone(), self.path(rel));
-            let done = self
-                .run(async move { store.delete(&path).await })
-                .map_err(|e| IoError::new("delete", self.target(rel), e))?;
-            match done {
-                Ok(()) | Err(object_store::Error::NotFound { .. }) => return Ok(()),
-                Err(e) => last = Some(e),
-            }
-        }
-        Err(from_store(
+        let done = self.retried(
             "delete",
-            self.target(rel),
-            last.expect("failed at least once"),
-        ))
+            rel,
+            &self.counters.deletes,
+            |store, path| async move { store.delete(&path).await },
+        )?;
+        match done {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(from_store("delete", self.target(rel), e)),
+        }
     }
 
     /// Every object under `rel_prefix` (a folder), as (name relative to the
