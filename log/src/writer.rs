@@ -4,7 +4,7 @@ use crate::blocks::{BlockPacker, PAGE_BLOCK_BYTES};
 use crate::record::{begin_record, finish_record, Addr, PageRef, RecordType};
 use crate::segment::{SegmentHeader, SegmentKind};
 use crate::Error;
-use kivi_storage::{IoError, SegmentId, SegmentWriter, Storage, MAX_SEGMENT_ID};
+use kivi_storage::{IoError, PendingSync, SegmentId, SegmentWriter, Storage, MAX_SEGMENT_ID};
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -263,6 +263,20 @@ impl SegmentAppender {
         }
         self.synced = self.written;
         Ok(())
+    }
+
+    /// Flushes and starts making everything written so far durable (see
+    /// `SegmentWriter::start_sync`); `synced_len` does not move, as the
+    /// caller learns only later whether the sync succeeded.
+    pub fn start_sync(&mut self) -> Result<PendingSync, Error> {
+        self.flush()?;
+        match self.writer.start_sync() {
+            Ok(pending) => Ok(pending),
+            Err(e) => {
+                self.broken = true;
+                Err(e.into())
+            }
+        }
     }
 
     /// After a failed sync the bytes of the last record may or may not be on

@@ -31,24 +31,27 @@
 mod cache;
 #[cfg(feature = "faults")]
 pub mod faults;
+mod flight;
 mod format;
 mod remote;
 
 pub use cache::DiskCache;
 
 use bytes::Bytes;
+use flight::{PutCell, Putters, MAX_IN_FLIGHT};
 use format::{Entry, EntryKind, PageObject, CHUNK_HEADER, DEAD_ZONE, LOG_HEADER};
 use kivi_storage::{
-    segment_file_name, Corruption, Error, IoError, RemoteRequests, SegmentId, SegmentReader,
-    SegmentWriter, StepHook, Storage,
+    segment_file_name, Corruption, Error, IoError, PendingSync, RemoteRequests, SegmentId,
+    SegmentReader, SegmentWriter, StepHook, Storage,
 };
 use object_store::ObjectStore;
 use parking_lot::{Mutex, RwLock};
 use remote::{other, Created, Remote};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::io;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 
 /// Bytes of a page segment gathered before they are put as one chunk. Page
 /// segments are synced once per checkpoint, so most chunks are this size.
@@ -101,7 +104,9 @@ pub struct ObjectStorage {
 
 #[derive(Debug)]
 struct Inner {
-    remote: Remote,
+    remote: Arc<Remote>,
+    /// The threads putting log entries in flight, started by the first.
+    putters: OnceLock<Putters>,
     cache: DiskCache,
     /// This process's random id, in everything it writes.
     writer: [u8; 16],
@@ -128,6 +133,31 @@ struct LogState {
     present: BTreeMap<u64, EntryKind>,
     /// Each live commit segment's `Create` entry.
     created_at: BTreeMap<SegmentId, u64>,
+    /// Entries put without waiting (commit segments' syncs), oldest first,
+    /// not yet retired (see `flight.rs`).
+    flight: VecDeque<InFlight>,
+    /// An entry in flight failed at this number (or its put landed and the
+    /// answer was lost): before anything more is put, the log is fenced
+    /// again from here (`Inner::refence`).
+    failed_from: Option<u64>,
+}
+
+/// A log entry whose put is in flight.
+#[derive(Debug)]
+struct InFlight {
+    n: u64,
+    cell: Arc<PutCell>,
+    seg: Arc<Segment>,
+    /// Where its payload starts in the segment.
+    offset: u64,
+    /// The whole object, for the cache once it is known to exist.
+    object: Bytes,
+}
+
+impl std::fmt::Debug for PutCell {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PutCell")
+    }
 }
 
 /// What a segment is made of.
@@ -142,6 +172,8 @@ struct Segment {
     id: SegmentId,
     kind: Kind,
     bytes: RwLock<SegmentBytes>,
+    /// A put of its data failed: nothing more is written to it.
+    broken: AtomicBool,
 }
 
 #[derive(Debug, Default)]
@@ -150,6 +182,9 @@ struct SegmentBytes {
     chunks: Vec<Chunk>,
     /// Bytes appended after the last chunk, not stored yet.
     pending: Vec<u8>,
+    /// The payloads of chunks whose log entries are in flight, by offset:
+    /// read from here until the entry is known to exist.
+    unconfirmed: BTreeMap<u64, Bytes>,
 }
 
 impl SegmentBytes {
@@ -242,11 +277,17 @@ impl ObjectStorage {
         config: Config,
     ) -> Result<ObjectStorage, Error> {
         let prefix = object_store::path::Path::from(prefix);
-        let remote = Remote::new(store, prefix, label.to_string(), config.retry_delay)?;
+        let remote = Arc::new(Remote::new(
+            store,
+            prefix,
+            label.to_string(),
+            config.retry_delay,
+        )?);
         let cache = DiskCache::new(config.cache_dir.as_deref(), config.cache_bytes)
             .map_err(|e| IoError::new("open the cache in", format!("{:?}", config.cache_dir), e))?;
         let inner = Arc::new(Inner {
             remote,
+            putters: OnceLock::new(),
             cache,
             writer: rand::random(),
             read_only: config.read_only,
@@ -593,6 +634,9 @@ impl Inner {
                 why.clone(),
             ));
         }
+        // Entries are put one after another: the ones in flight first.
+        self.settle_flight(&mut log);
+        self.refence(&mut log)?;
         loop {
             let n = log.next;
             let e = Entry {
@@ -621,28 +665,229 @@ impl Inner {
                         log.present.insert(n, mine.kind);
                         log.next = n + 1;
                     }
-                    found => {
-                        let why = match found {
-                            Ok(f) if f.kind == EntryKind::Fence => format!(
-                                "another writer took over this store (its fence is {name}); \
-                                 this one writes no more"
-                            ),
-                            _ => format!(
-                                "another writer wrote {name}, where this writer's next \
-                                 commit belonged; this one writes no more"
-                            ),
-                        };
-                        tracing::error!(store = %self.remote.label, "{why}");
-                        log.fenced = Some(why.clone());
-                        return Err(IoError::new(
-                            "write the log of",
-                            self.remote.label.clone(),
-                            io::Error::new(io::ErrorKind::PermissionDenied, why),
-                        ));
-                    }
+                    found => return Err(self.fenced_by(&mut log, &name, found.ok())),
                 },
             }
         }
+    }
+
+    /// Another writer's object holds `name`, where this writer's next entry
+    /// belonged: this writer is fenced for good.
+    fn fenced_by(&self, log: &mut LogState, name: &str, found: Option<Entry>) -> IoError {
+        let why = match found {
+            Some(f) if f.kind == EntryKind::Fence => format!(
+                "another writer took over this store (its fence is {name}); \
+                 this one writes no more"
+            ),
+            _ => format!(
+                "another writer wrote {name}, where this writer's next \
+                 commit belonged; this one writes no more"
+            ),
+        };
+        tracing::error!(store = %self.remote.label, "{why}");
+        log.fenced = Some(why.clone());
+        IoError::new(
+            "write the log of",
+            self.remote.label.clone(),
+            io::Error::new(io::ErrorKind::PermissionDenied, why),
+        )
+    }
+
+    /// Puts the next log entry, a commit segment's data (everything pending
+    /// in `seg`), without waiting: the returned cell settles it (see
+    /// [`Inner::wait_entry`]). `None` if nothing is pending.
+    fn start_entry(&self, seg: &Arc<Segment>) -> Result<Option<Arc<PutCell>>, IoError> {
+        let mut log = self.log.lock();
+        if self.read_only {
+            return Err(read_only_error(
+                "write the log of",
+                self.remote.label.clone(),
+            ));
+        }
+        loop {
+            if let Some(why) = &log.fenced {
+                return Err(other(
+                    "write the log of",
+                    self.remote.label.clone(),
+                    why.clone(),
+                ));
+            }
+            if log.failed_from.is_some() {
+                self.settle_flight(&mut log);
+                self.refence(&mut log)?;
+            }
+            if seg.broken.load(Ordering::Acquire) {
+                return Err(other(
+                    "sync",
+                    self.remote.target(&segment_file_name(seg.id)),
+                    "an earlier write to this segment failed".into(),
+                ));
+            }
+            if log.flight.len() < MAX_IN_FLIGHT {
+                break;
+            }
+            let oldest = log.flight.front().expect("in flight").cell.clone();
+            drop(log);
+            oldest.wait_answer();
+            log = self.log.lock();
+            self.retire_ready(&mut log);
+        }
+        let n = log.next;
+        let mut b = seg.bytes.write();
+        if b.pending.is_empty() {
+            return Ok(None);
+        }
+        let offset = b.stored_len();
+        let payload = Bytes::from(std::mem::take(&mut b.pending));
+        let e = Entry {
+            kind: EntryKind::Data,
+            epoch: log.epoch,
+            writer: self.writer,
+            segment: seg.id,
+            offset,
+            payload_len: payload.len() as u64,
+        };
+        let object = Bytes::from(format::encode_entry(&e, &payload));
+        b.chunks.push(Chunk {
+            offset,
+            len: payload.len() as u64,
+            log_entry: Some(n),
+        });
+        b.unconfirmed.insert(offset, payload);
+        drop(b);
+        log.next = n + 1;
+        let cell = Arc::new(PutCell::default());
+        log.flight.push_back(InFlight {
+            n,
+            cell: cell.clone(),
+            seg: seg.clone(),
+            offset,
+            object: object.clone(),
+        });
+        self.putters
+            .get_or_init(|| Putters::start(self.remote.clone()))
+            .put(format::log_name(n), object, cell.clone());
+        Ok(Some(cell))
+    }
+
+    /// Waits until the entry of `cell` is retired and returns its outcome:
+    /// durable only if its put and every earlier one in flight succeeded.
+    fn wait_entry(&self, cell: &Arc<PutCell>) -> Result<(), IoError> {
+        loop {
+            let mut log = self.log.lock();
+            self.retire_ready(&mut log);
+            if let Some(outcome) = cell.take_outcome() {
+                return outcome;
+            }
+            let oldest = log
+                .flight
+                .front()
+                .expect("an entry not retired is in flight")
+                .cell
+                .clone();
+            drop(log);
+            oldest.wait_answer();
+        }
+    }
+
+    /// Waits for every put in flight and retires it.
+    fn settle_flight(&self, log: &mut LogState) {
+        while let Some(f) = log.flight.front() {
+            let oldest = f.cell.clone();
+            oldest.wait_answer();
+            self.retire_ready(log);
+        }
+    }
+
+    /// Retires the entries in flight whose puts have answered, oldest first,
+    /// stopping at the first still waiting: an entry is durable if its put
+    /// created it and nothing before it failed.
+    fn retire_ready(&self, log: &mut LogState) {
+        while let Some(answer) = log.flight.front().and_then(|f| f.cell.take_answer()) {
+            let f = log.flight.pop_front().expect("front exists");
+            let name = format::log_name(f.n);
+            let outcome = match (log.failed_from, answer) {
+                (None, Ok(Created::Ours)) => {
+                    log.present.insert(f.n, EntryKind::Data);
+                    f.seg.bytes.write().unconfirmed.remove(&f.offset);
+                    self.cache_object(&name, &f.object);
+                    Ok(())
+                }
+                (failed, answer) => {
+                    let e = match answer {
+                        Err(e) => e,
+                        Ok(Created::Theirs(found)) => match format::decode_entry(&found) {
+                            Ok(mine) if mine.writer == self.writer => other(
+                                "put",
+                                self.remote.target(&name),
+                                "an earlier put of this writer holds the name".into(),
+                            ),
+                            found => self.fenced_by(log, &name, found.ok()),
+                        },
+                        Ok(Created::Ours) => {
+                            // It exists, past the failure: the next fence's
+                            // dead zone holds it; deleted with old entries.
+                            log.present.insert(f.n, EntryKind::Data);
+                            other(
+                                "sync",
+                                self.remote.target(&name),
+                                "an earlier commit in flight failed".into(),
+                            )
+                        }
+                    };
+                    if failed.is_none() {
+                        log.failed_from = Some(f.n);
+                    }
+                    f.seg.broken.store(true, Ordering::Release);
+                    let mut b = f.seg.bytes.write();
+                    b.unconfirmed.remove(&f.offset);
+                    b.chunks
+                        .retain(|c| !(c.offset == f.offset && c.log_entry == Some(f.n)));
+                    Err(e)
+                }
+            };
+            f.cell.set_outcome(outcome);
+        }
+    }
+
+    /// After an entry in flight failed: fences the log again at the first
+    /// failed number (or, where puts of this writer landed after all, at the
+    /// first number after them that holds nothing), so that every later
+    /// entry of the ones in flight falls in the new fence's dead zone. Until
+    /// that fence exists nothing more is put.
+    fn refence(&self, log: &mut LogState) -> Result<(), IoError> {
+        debug_assert!(log.flight.is_empty(), "settled before fencing again");
+        while let Some(n) = log.failed_from {
+            let e = Entry {
+                kind: EntryKind::Fence,
+                epoch: n,
+                writer: self.writer,
+                segment: 0,
+                offset: DEAD_ZONE,
+                payload_len: 0,
+            };
+            let name = format::log_name(n);
+            let bytes = Bytes::from(format::encode_entry(&e, &[]));
+            match self.remote.put_create(&name, bytes.clone())? {
+                Created::Ours => {
+                    log.epoch = n;
+                    log.present.insert(n, EntryKind::Fence);
+                    log.next = n + DEAD_ZONE;
+                    log.failed_from = None;
+                    self.cache_object(&name, &bytes);
+                }
+                Created::Theirs(found) => match format::decode_entry(&found) {
+                    // Landed after all (its commit was reported failed; the
+                    // engine's next segment header cuts it off).
+                    Ok(mine) if mine.writer == self.writer => {
+                        log.present.insert(n, mine.kind);
+                        log.failed_from = Some(n + 1);
+                    }
+                    found => return Err(self.fenced_by(log, &name, found.ok())),
+                },
+            }
+        }
+        Ok(())
     }
 
     /// Remembers a whole object just written or read, block by block.
@@ -726,6 +971,7 @@ impl Segment {
             id,
             kind,
             bytes: RwLock::new(SegmentBytes::default()),
+            broken: AtomicBool::new(false),
         }
     }
 }
@@ -912,6 +1158,10 @@ impl Storage for ObjectStorage {
     fn remote_requests(&self) -> Option<RemoteRequests> {
         Some(self.requests())
     }
+
+    fn syncs_in_flight(&self) -> usize {
+        MAX_IN_FLIGHT
+    }
 }
 
 /// Appends to a commit segment (each sync is one log entry) or a page
@@ -939,8 +1189,11 @@ impl Writer {
         self.inner.remote.target(&segment_file_name(self.seg.id))
     }
 
-    /// Stores the pending bytes (all of them, or the first `limit`).
+    /// Stores the pending bytes of a page segment (all of them, or the
+    /// first `limit`) as one chunk. (A commit segment's go into the log:
+    /// `start_sync`.)
     fn store_pending(&mut self, limit: usize) -> Result<(), IoError> {
+        debug_assert_eq!(self.seg.kind, Kind::Page);
         let (offset, payload) = {
             let b = self.seg.bytes.read();
             let take = b.pending.len().min(limit);
@@ -949,50 +1202,39 @@ impl Writer {
         if payload.is_empty() {
             return Ok(());
         }
-        let stored = match self.seg.kind {
-            Kind::Commit => self
-                .inner
-                .append_entry(EntryKind::Data, self.seg.id, offset, &payload)
-                .map(Some),
-            Kind::Page => {
-                let name = format::chunk_name(self.seg.id, offset);
-                let bytes = Bytes::from(format::encode_chunk(
-                    self.inner.writer,
-                    self.seg.id,
-                    offset,
-                    &payload,
-                ));
-                match self.inner.remote.put_create(&name, bytes.clone()) {
-                    Ok(Created::Ours) => {
-                        self.inner.cache_object(&name, &bytes);
-                        Ok(None)
-                    }
-                    Ok(Created::Theirs(_)) => Err(IoError::new(
-                        "write",
-                        self.inner.remote.target(&name),
-                        io::Error::new(
-                            io::ErrorKind::AlreadyExists,
-                            "another writer wrote this chunk",
-                        ),
-                    )),
-                    Err(e) => Err(e),
-                }
+        let name = format::chunk_name(self.seg.id, offset);
+        let bytes = Bytes::from(format::encode_chunk(
+            self.inner.writer,
+            self.seg.id,
+            offset,
+            &payload,
+        ));
+        let stored = match self.inner.remote.put_create(&name, bytes.clone()) {
+            Ok(Created::Ours) => {
+                self.inner.cache_object(&name, &bytes);
+                Ok(())
             }
+            Ok(Created::Theirs(_)) => Err(IoError::new(
+                "write",
+                self.inner.remote.target(&name),
+                io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    "another writer wrote this chunk",
+                ),
+            )),
+            Err(e) => Err(e),
         };
-        let log_entry = match stored {
-            Ok(s) => s,
-            Err(e) => {
-                self.broken = true;
-                return Err(e);
-            }
-        };
+        if let Err(e) = stored {
+            self.broken = true;
+            return Err(e);
+        }
         let mut b = self.seg.bytes.write();
         debug_assert_eq!(b.stored_len(), offset, "one writer per segment");
         b.pending.drain(..payload.len());
         b.chunks.push(Chunk {
             offset,
             len: payload.len() as u64,
-            log_entry,
+            log_entry: None,
         });
         drop(b);
         if let Some(hook) = &self.after_step {
@@ -1004,7 +1246,7 @@ impl Writer {
 
 impl SegmentWriter for Writer {
     fn append(&mut self, bytes: &[u8]) -> Result<(), IoError> {
-        if self.broken {
+        if self.broken || self.seg.broken.load(Ordering::Acquire) {
             return Err(self.broken_error("append to"));
         }
         self.seg.bytes.write().pending.extend_from_slice(bytes);
@@ -1019,16 +1261,42 @@ impl SegmentWriter for Writer {
         if self.broken {
             return Err(self.broken_error("sync"));
         }
-        loop {
-            let pending = self.seg.bytes.read().pending.len();
-            if pending == 0 {
-                return Ok(());
+        if self.seg.kind == Kind::Commit {
+            // The pending bytes as one entry, and every entry in flight
+            // before it settled.
+            self.start_sync()?.wait()?;
+            let mut log = self.inner.log.lock();
+            self.inner.settle_flight(&mut log);
+            drop(log);
+            if self.seg.broken.load(Ordering::Acquire) {
+                self.broken = true;
+                return Err(self.broken_error("sync"));
             }
-            let limit = match self.seg.kind {
-                Kind::Commit => usize::MAX,
-                Kind::Page => PAGE_CHUNK,
-            };
-            self.store_pending(limit)?;
+            return Ok(());
+        }
+        while !self.seg.bytes.read().pending.is_empty() {
+            self.store_pending(PAGE_CHUNK)?;
+        }
+        Ok(())
+    }
+
+    fn start_sync(&mut self) -> Result<PendingSync, IoError> {
+        if self.seg.kind == Kind::Page {
+            return self.sync().map(|()| PendingSync::done());
+        }
+        if self.broken {
+            return Err(self.broken_error("sync"));
+        }
+        match self.inner.start_entry(&self.seg) {
+            Ok(None) => Ok(PendingSync::done()),
+            Ok(Some(cell)) => {
+                let inner = self.inner.clone();
+                Ok(PendingSync::new(move || inner.wait_entry(&cell)))
+            }
+            Err(e) => {
+                self.broken = true;
+                Err(e)
+            }
         }
     }
 
@@ -1071,7 +1339,17 @@ impl SegmentReader for Reader {
                 if c.offset >= end.min(stored) {
                     break;
                 }
-                pieces.push(c.clone());
+                match b.unconfirmed.get(&c.offset) {
+                    // In flight: from memory.
+                    Some(payload) => {
+                        let from = offset.max(c.offset);
+                        let to = end.min(c.offset + c.len);
+                        buf[(from - offset) as usize..(to - offset) as usize].copy_from_slice(
+                            &payload[(from - c.offset) as usize..(to - c.offset) as usize],
+                        );
+                    }
+                    None => pieces.push(c.clone()),
+                }
             }
         }
         for c in pieces {

@@ -93,6 +93,47 @@ pub trait Storage: Send + Sync + Debug {
     fn remote_requests(&self) -> Option<RemoteRequests> {
         None
     }
+    /// How many syncs of one segment may be outstanding at once (see
+    /// [`SegmentWriter::start_sync`]): 1 unless the backend overlaps them,
+    /// as an object store does (each sync is a request of its own).
+    fn syncs_in_flight(&self) -> usize {
+        1
+    }
+}
+
+/// A sync started by [`SegmentWriter::start_sync`]; [`wait`](Self::wait)
+/// returns once it is done.
+#[must_use = "a sync is only known durable once waited for"]
+pub struct PendingSync(Option<Box<dyn FnOnce() -> Result<(), IoError> + Send>>);
+
+impl PendingSync {
+    /// A sync already done.
+    pub fn done() -> PendingSync {
+        PendingSync(None)
+    }
+
+    /// A sync that `wait` finishes.
+    pub fn new(wait: impl FnOnce() -> Result<(), IoError> + Send + 'static) -> PendingSync {
+        PendingSync(Some(Box::new(wait)))
+    }
+
+    /// Waits until the bytes are durable, or fails.
+    pub fn wait(self) -> Result<(), IoError> {
+        match self.0 {
+            None => Ok(()),
+            Some(wait) => wait(),
+        }
+    }
+}
+
+impl std::fmt::Debug for PendingSync {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "PendingSync(in flight)"
+        } else {
+            "PendingSync(done)"
+        })
+    }
 }
 
 /// Requests a remote backend made since it was opened, by kind, with the
@@ -135,6 +176,15 @@ pub trait SegmentWriter: Send {
     /// Makes every byte appended so far durable (fdatasync, or the
     /// backend's equivalent) before returning.
     fn sync(&mut self) -> Result<(), IoError>;
+    /// Starts making every byte appended so far durable, without waiting:
+    /// the returned [`PendingSync`] waits. Up to
+    /// [`Storage::syncs_in_flight`] may be outstanding on one segment, with
+    /// appends between them; each is durable only if every one started
+    /// before it is, so a failure fails every later one, and the caller
+    /// then moves on to a new segment. The default syncs here.
+    fn start_sync(&mut self) -> Result<PendingSync, IoError> {
+        self.sync().map(|()| PendingSync::done())
+    }
     /// Bytes in the segment, counting every successful append.
     fn len(&self) -> u64;
     /// Whether nothing has been appended.
