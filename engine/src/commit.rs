@@ -15,21 +15,36 @@
 //!    with what the group's checkpoints made durable released from memory;
 //! 6. publish, answer the checkpoints, and after the writer lock is let
 //!    go, `after_group`: free the old version, count, wake the checkpointer.
+//!
+//! **Commits in flight.** On storage that overlaps syncs (an object store:
+//! each sync is a request taking a round trip), phases 1-5 run under the
+//! writer lock and start the sync without waiting for it; the group is then
+//! *in flight*, and the next group is prepared on top of its version
+//! (`Writer::ahead`) at once. Groups finish in the order they were
+//! prepared: each waits for its sync, then for its turn, then publishes and
+//! is answered. A group whose sync failed fails every group after it (they
+//! were decided against its writes); the next group to be prepared first
+//! waits for all of them and starts again from the published version, in a
+//! new commit segment whose header cuts the failed groups off. Anything
+//! else that publishes (a merge of the write buffer, a checkpoint taking
+//! its version or committing its record, a clear, a new commit segment)
+//! first waits until nothing is in flight.
 
 use crate::backpressure::{log_over_target, Backpressure, EARLY_CHECKPOINT_MIN_BYTES};
 use crate::batch::{BatchOp, WriteBatch};
-use crate::commit_log::CommitLog;
+use crate::commit_log::{Appended, CommitLog};
 use crate::error::{Error, Result};
 use crate::expiry::{is_live, Millis};
+use crate::limits::MAX_GROUPS_IN_FLIGHT;
 use crate::options::Durability;
-use crate::pipeline::{Pipeline, Reply, Request, Ticket, WriteOutcome};
+use crate::pipeline::{Committed, Committer, Pipeline, Reply, Request, Ticket, WriteOutcome};
 use crate::store::Store;
 use crate::version::{Epoch, Version};
 use crate::write_buffer::{Stored, WriteBuffer};
 use kivi_log::{CheckpointRecord, CommitRecord, OpRef, RecordType};
-use kivi_storage::SegmentId;
+use kivi_storage::{PendingSync, SegmentId};
 use kivi_tree::{apply, compare_keys, keys_in_leaf_of, release_written, Applied, TreeWrite};
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 
@@ -54,23 +69,78 @@ const DENSE_KEYS_PER_LEAF: usize = 8;
 /// What the writer (the group-commit leader) owns.
 pub(crate) struct Writer {
     log: CommitLog,
-    /// The last commit's sequence number.
+    /// The last commit's sequence number (of the last group prepared).
     seq: u64,
+    /// The version of the last group prepared while groups are in flight:
+    /// the next group starts from it. `None` when nothing is in flight.
+    ahead: Option<Arc<Version>>,
 }
 
 impl Writer {
     pub fn new(log: CommitLog, seq: u64) -> Writer {
-        Writer { log, seq }
+        Writer {
+            log,
+            seq,
+            ahead: None,
+        }
     }
+}
+
+/// Groups in flight (see the module's doc), counted in the order they
+/// were prepared.
+#[derive(Default)]
+struct Flight {
+    /// Groups prepared so far.
+    started: u64,
+    /// Groups finished (published, or failed) so far; the next to finish
+    /// is number `finished`.
+    finished: u64,
+    /// The first group in flight that failed, since the writer last
+    /// started again: every later one fails with its error.
+    failed: Option<Failed>,
+}
+
+struct Failed {
+    error: Error,
+    /// Where its records began: the commit segment is cut off there.
+    segment: SegmentId,
+    start: u64,
+    /// The last commit before it: the published version's.
+    seq_before: u64,
 }
 
 /// The commit path: the group-commit queue and the writer behind it.
 pub(crate) struct CommitPath {
     pipeline: Pipeline,
-    /// `None` when read-only. Held while a group commits, a checkpoint
-    /// takes its version, or the write buffer is merged: the published
-    /// version changes only under it.
+    /// `None` when read-only. Held while a group is prepared (or commits),
+    /// a checkpoint takes its version, or the write buffer is merged. The
+    /// published version changes only under it, or, while groups are in
+    /// flight, by those groups finishing in order (see `Flight`).
     writer: Mutex<Option<Writer>>,
+    /// Groups in flight; `flight_done` is signalled as each finishes.
+    flight: Mutex<Flight>,
+    flight_done: Condvar,
+    /// Groups that may be in flight at once; 1: each commits whole under
+    /// the writer lock.
+    max_in_flight: u64,
+}
+
+/// A group prepared and in flight: what finishing it needs.
+struct InFlight {
+    /// Its number among the groups prepared.
+    order: u64,
+    sync: Option<PendingSync>,
+    /// The version to publish (`None`: the group changed nothing).
+    next: Option<Arc<Version>>,
+    replies: Replies,
+    batches: usize,
+    committing: bool,
+    reclaimed: u64,
+    log_file_bytes: u64,
+    /// Where its records began, for cutting the log off if it fails.
+    segment: SegmentId,
+    start: u64,
+    seq_before: u64,
 }
 
 /// One operation of a group: a put (`Some(value)`) or a delete.
@@ -103,11 +173,40 @@ struct Decided<'g> {
 impl CommitPath {
     /// `group_wait`: how long a leader waits for more writes before it
     /// takes a group (`Options::commit_wait`).
-    pub fn new(writer: Option<Writer>, group_wait: std::time::Duration) -> CommitPath {
+    /// `in_flight`: how many groups may be in flight at once (the
+    /// storage's `syncs_in_flight`, 1 unless every commit is synced).
+    pub fn new(
+        writer: Option<Writer>,
+        group_wait: std::time::Duration,
+        in_flight: usize,
+    ) -> CommitPath {
         CommitPath {
             pipeline: Pipeline::new(group_wait),
             writer: Mutex::new(writer),
+            flight: Mutex::default(),
+            flight_done: Condvar::new(),
+            max_in_flight: in_flight.clamp(1, MAX_GROUPS_IN_FLIGHT) as u64,
         }
+    }
+
+    /// Waits until no group is in flight, then, if one of them failed,
+    /// starts the writer again from the published version: the commit
+    /// segment is cut off where the failed group began. Under the writer
+    /// lock (`w`); the groups finish without it.
+    fn settle(&self, w: &mut Writer) {
+        if self.max_in_flight == 1 {
+            return;
+        }
+        let mut f = self.flight.lock();
+        while f.finished != f.started {
+            self.flight_done.wait(&mut f);
+        }
+        if let Some(failed) = f.failed.take() {
+            w.seq = failed.seq_before;
+            w.log
+                .cut_off(failed.segment, failed.start, failed.seq_before);
+        }
+        w.ahead = None;
     }
 
     /// Commits `request` with the next group; durable when it returns.
@@ -118,8 +217,14 @@ impl CommitPath {
         if let Request::Write(b) = &request {
             bp.wait_for_write_buffer(store, Backpressure::write_cost(b.size_bytes(), b.len()));
         }
-        self.pipeline
-            .submit(request, &|group| self.commit_group(store, bp, group))
+        self.pipeline.submit(
+            request,
+            &GroupCommitter {
+                path: self,
+                store,
+                bp,
+            },
+        )
     }
 
     /// Commits `requests` (writes), queued all at once; one reply each.
@@ -128,6 +233,7 @@ impl CommitPath {
         store: &Store,
         bp: &Backpressure,
         requests: Vec<Request>,
+        queued: Option<Box<dyn FnOnce() + '_>>,
     ) -> Vec<Result<Reply>> {
         if !requests.is_empty() {
             let cost = requests
@@ -139,8 +245,15 @@ impl CommitPath {
                 .sum();
             bp.wait_for_write_buffer(store, cost);
         }
-        self.pipeline
-            .submit_many(requests, &|group| self.commit_group(store, bp, group))
+        self.pipeline.submit_many(
+            requests,
+            &GroupCommitter {
+                path: self,
+                store,
+                bp,
+            },
+            queued,
+        )
     }
 
     /// The version a checkpoint writes, taken while no commit is in
@@ -150,6 +263,7 @@ impl CommitPath {
     pub fn version_to_checkpoint(&self, store: &Store, merge: bool) -> Result<Arc<Version>> {
         let mut writer = self.writer.lock();
         if let Some(w) = writer.as_mut() {
+            self.settle(w);
             w.log.roll_before_next();
         }
         let v = store.current_full();
@@ -168,7 +282,10 @@ impl CommitPath {
         if store.current().buffer.is_empty() {
             return;
         }
-        let _writer = self.writer.lock();
+        let mut writer = self.writer.lock();
+        if let Some(w) = writer.as_mut() {
+            self.settle(w);
+        }
         let v = store.current_full();
         if v.buffer.is_empty() || !store.merge_has_room(&v) {
             return;
@@ -176,6 +293,11 @@ impl CommitPath {
         if let Err(e) = store.merge_buffer(&v, true) {
             store.note_error("merging the write buffer", &e);
         }
+    }
+
+    /// Groups that may be in flight at once (1: each commits whole).
+    pub fn max_in_flight(&self) -> usize {
+        self.max_in_flight as usize
     }
 
     /// Bytes of the commit log's files.
@@ -200,6 +322,7 @@ impl CommitPath {
     /// in progress.
     pub fn sync_log(&self) -> Result<()> {
         if let Some(w) = self.writer.lock().as_mut() {
+            self.settle(w);
             w.log.sync()?;
         }
         Ok(())
@@ -209,26 +332,41 @@ impl CommitPath {
     /// resulting operations to a new tree version, appends one commit record
     /// (and any checkpoint records) in one write, syncs, publishes. The
     /// phases are described at the top of this module.
-    fn commit_group(
-        &self,
-        store: &Store,
-        bp: &Backpressure,
+    fn commit_group<'s>(
+        &'s self,
+        store: &'s Store,
+        bp: &'s Backpressure,
         group: &[Arc<Ticket>],
-    ) -> Vec<Result<Reply>> {
+    ) -> Committed<'s> {
+        use Committed::Done;
         let mut guard = self.writer.lock();
         let Some(w) = guard.as_mut() else {
-            return group.iter().map(|_| Err(Error::ReadOnly)).collect();
+            return Done(group.iter().map(|_| Err(Error::ReadOnly)).collect());
         };
         if store.is_closed() {
-            return group.iter().map(|_| Err(Error::Closed)).collect();
+            return Done(group.iter().map(|_| Err(Error::Closed)).collect());
         }
-        let base = match base_for_group(store) {
+        // Groups go in flight when every commit is synced on storage that
+        // overlaps syncs; a group with a checkpoint or a clear commits whole,
+        // once nothing is in flight.
+        let overlap = self.max_in_flight > 1 && store.opts().durability == Durability::Fsync;
+        let in_flight = overlap && !group.iter().any(|t| t.request.checkpoints_or_clears());
+        if overlap && (!in_flight || self.must_settle(store, w)) {
+            self.settle(w);
+        }
+        let base = match &w.ahead {
+            Some(ahead) => Ok(ahead.clone()),
+            None => base_for_group(store),
+        };
+        let base = match base {
             Ok(base) => base,
             Err(e) => {
                 store.counters().commit_failed();
-                return group.iter().map(|_| Err(e.duplicate())).collect();
+                return Done(group.iter().map(|_| Err(e.duplicate())).collect());
             }
         };
+        // On top of groups in flight, nothing else may publish.
+        let behind_others = w.ahead.is_some();
         let Decided {
             mut replies,
             clears,
@@ -244,10 +382,18 @@ impl CommitPath {
             })
             .collect();
         if op_refs.is_empty() && checkpoints.is_empty() && !clears {
-            return replies
-                .into_iter()
-                .map(|r| r.expect("every write decided"))
-                .collect();
+            if behind_others {
+                // Decided against groups not yet durable: answered after them.
+                let p = self.start(w, base, None, replies, group.len(), 0, None, 0);
+                drop(guard);
+                return Committed::InFlight(Box::new(move || self.finish(store, bp, p)));
+            }
+            return Done(
+                replies
+                    .into_iter()
+                    .map(|r| r.expect("every write decided"))
+                    .collect(),
+            );
         }
         // After a clear the group goes on from an empty tree. The empty tree
         // is said to hold the commits up to the one before this group's: a
@@ -260,7 +406,7 @@ impl CommitPath {
         } else {
             base
         };
-        let (base, buffered) = route_group(store, base, &ops, op_refs.len());
+        let (base, buffered) = route_group(store, base, &ops, op_refs.len(), !behind_others);
         let applied = if op_refs.is_empty() || buffered {
             None
         } else {
@@ -271,20 +417,57 @@ impl CommitPath {
                 &op_refs,
             ) {
                 Ok(a) => Some(a),
-                Err(e) => return fail_group(store, replies, &e.into()),
+                Err(e) => return Done(fail_group(store, replies, &e.into())),
             }
         };
         let committing = applied.is_some() || buffered || clears;
         let seq = w.seq + u64::from(committing);
-        let appended = match append_group(store, w, seq, committing, clears, &op_refs, &checkpoints)
-        {
+        let appended_before = w.log.appended;
+        let appended = match append_group(
+            store,
+            w,
+            seq,
+            committing,
+            clears,
+            &op_refs,
+            &checkpoints,
+            in_flight,
+        ) {
             Ok(appended) => appended,
             Err(e) => {
                 store.note_error("group commit (append and fdatasync to the commit log)", &e);
-                return fail_group(store, replies, &e);
+                return Done(fail_group(store, replies, &e));
             }
         };
-        let visible_log_bytes = base.visible_log_bytes + appended;
+        let visible_log_bytes = base.visible_log_bytes + (w.log.appended - appended_before);
+        if in_flight {
+            let seq_before = w.seq;
+            if committing {
+                w.seq = seq;
+            }
+            let next = next_version(
+                store,
+                &base,
+                applied,
+                buffered,
+                seq,
+                visible_log_bytes,
+                &ops,
+            );
+            drop(base);
+            let p = self.start(
+                w,
+                Arc::new(next),
+                Some(appended),
+                replies,
+                group.len(),
+                reclaimed,
+                committing.then_some(seq_before),
+                seq_before,
+            );
+            drop(guard);
+            return Committed::InFlight(Box::new(move || self.finish(store, bp, p)));
+        }
         if committing {
             w.seq = seq;
             store.counters().set_last_commit_ms(store.now_ms());
@@ -316,7 +499,132 @@ impl CommitPath {
         store.reclaimer().superseded(old, &next);
         drop(next);
         after_group(store, bp, group.len(), log_file_bytes);
-        replies.into_iter().map(|r| r.expect("filled")).collect()
+        Done(replies.into_iter().map(|r| r.expect("filled")).collect())
+    }
+
+    /// Whether the next group must wait until nothing is in flight: one
+    /// in flight failed, the write buffer wants merging, or the commit log
+    /// is about to start a new segment.
+    fn must_settle(&self, store: &Store, w: &Writer) -> bool {
+        let Some(ahead) = &w.ahead else {
+            return false;
+        };
+        self.flight.lock().failed.is_some() || store.buffer_wants_merge(ahead) || w.log.would_roll()
+    }
+
+    /// Puts a prepared group in flight: the next group starts from `next`.
+    /// `appended`: its records and their sync (`None` if it wrote none);
+    /// `committed`: `Some` if it is a commit.
+    #[allow(clippy::too_many_arguments)]
+    fn start(
+        &self,
+        w: &mut Writer,
+        next: Arc<Version>,
+        appended: Option<Appended>,
+        replies: Replies,
+        batches: usize,
+        reclaimed: u64,
+        committed: Option<u64>,
+        seq_before: u64,
+    ) -> InFlight {
+        let publish = appended.is_some();
+        w.ahead = Some(next.clone());
+        let order = {
+            let mut f = self.flight.lock();
+            f.started += 1;
+            f.started - 1
+        };
+        let (segment, start, sync) = match appended {
+            Some(a) => (a.segment, a.start, a.sync),
+            None => (0, 0, None),
+        };
+        InFlight {
+            order,
+            sync,
+            next: publish.then_some(next),
+            replies,
+            batches,
+            committing: committed.is_some(),
+            reclaimed,
+            log_file_bytes: w.log.bytes(),
+            segment,
+            start,
+            seq_before,
+        }
+    }
+
+    /// Finishes a group in flight: waits for its sync and for the groups
+    /// before it, then publishes it and answers, or fails it (and with it
+    /// every group after it, see `Flight::failed`).
+    fn finish(&self, store: &Store, bp: &Backpressure, p: InFlight) -> Vec<Result<Reply>> {
+        let synced = p.sync.map_or(Ok(()), PendingSync::wait);
+        let mut f = self.flight.lock();
+        while f.finished != p.order {
+            self.flight_done.wait(&mut f);
+        }
+        let outcome = match (&f.failed, synced) {
+            (Some(failed), _) => Err(failed.error.duplicate()),
+            (None, Err(e)) => {
+                let e = Error::Io(e);
+                store.note_error("group commit (its put to the log, in flight)", &e);
+                f.failed = Some(Failed {
+                    error: e.duplicate(),
+                    segment: p.segment,
+                    start: p.start,
+                    seq_before: p.seq_before,
+                });
+                Err(e)
+            }
+            (None, Ok(())) => Ok(()),
+        };
+        let old = match (&outcome, &p.next) {
+            (Ok(()), Some(next)) => Some(store.publish(next.clone())),
+            _ => None,
+        };
+        if outcome.is_ok() && p.committing {
+            store.counters().set_last_commit_ms(store.now_ms());
+            store.counters().keys_reclaimed(p.reclaimed);
+        }
+        f.finished += 1;
+        drop(f);
+        self.flight_done.notify_all();
+        match outcome {
+            Ok(()) => {
+                if let (Some(old), Some(next)) = (old, p.next) {
+                    store.reclaimer().superseded(old, &next);
+                }
+                after_group(store, bp, p.batches, p.log_file_bytes);
+                p.replies
+                    .into_iter()
+                    .map(|r| r.expect("every write decided"))
+                    .collect()
+            }
+            Err(e) => fail_group(store, p.replies, &e),
+        }
+    }
+}
+
+/// The pipeline's view of the commit path.
+struct GroupCommitter<'a> {
+    path: &'a CommitPath,
+    store: &'a Store,
+    bp: &'a Backpressure,
+}
+
+impl Committer for GroupCommitter<'_> {
+    fn wait_for_room(&self) {
+        let path = self.path;
+        if path.max_in_flight == 1 {
+            return;
+        }
+        let mut f = path.flight.lock();
+        while f.started - f.finished >= path.max_in_flight {
+            path.flight_done.wait(&mut f);
+        }
+    }
+
+    fn commit<'s>(&'s self, group: &[Arc<Ticket>]) -> Committed<'s> {
+        self.path.commit_group(self.store, self.bp, group)
     }
 }
 
@@ -427,15 +735,18 @@ fn decide_group<'g>(store: &Store, group: &'g [Arc<Ticket>], base: &Version) -> 
 /// into the tree first: else one small group ahead of an ordered load
 /// (a server's first short read) would send every group after it
 /// through the buffer and its merge, twice the work.
+/// `may_merge`: false while groups are in flight (`base` is not published).
 fn route_group(
     store: &Store,
     mut base: Arc<Version>,
     ops: &[Op<'_>],
     op_count: usize,
+    may_merge: bool,
 ) -> (Arc<Version>, bool) {
     let crowded = |base: &Version| op_count >= DIRECT_APPLY_OPS || dense(store, base, ops);
     let mut buffered = op_count > 0 && (!base.buffer.is_empty() || !crowded(&base));
     if buffered
+        && may_merge
         && op_count >= FLUSH_BEFORE_DIRECT_MIN_OPS
         && !base.buffer.is_empty()
         && base.buffer.bytes() <= WriteBuffer::group_cost(ops)
@@ -459,6 +770,7 @@ fn route_group(
 /// `seq`) and checkpoint records in one write, synced when durability
 /// asks for it or a checkpoint is among them. Returns the bytes
 /// appended.
+#[allow(clippy::too_many_arguments)]
 fn append_group(
     store: &Store,
     w: &mut Writer,
@@ -467,10 +779,10 @@ fn append_group(
     clears: bool,
     op_refs: &[OpRef<'_>],
     checkpoints: &[GroupCheckpoint<'_>],
-) -> Result<u64> {
+    in_flight: bool,
+) -> Result<Appended> {
     let sync = store.opts().durability == Durability::Fsync || !checkpoints.is_empty();
-    let appended_before = w.log.appended;
-    w.log.append_group(
+    let appended = w.log.append_group(
         committing.then_some(seq),
         checkpoints
             .iter()
@@ -495,8 +807,9 @@ fn append_group(
             }
         },
         sync,
+        in_flight,
     )?;
-    Ok(w.log.appended - appended_before)
+    Ok(appended)
 }
 
 /// The version after the group: the new tree (`applied`), or `base`

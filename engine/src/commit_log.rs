@@ -12,7 +12,7 @@ use crate::latency::{timed, SyncTimes};
 use crate::pacing::Pacer;
 use crate::segment_chain::SegmentChain;
 use kivi_log::{Error, RecordType, SegmentAppender, SegmentIds, SegmentKind};
-use kivi_storage::{SegmentId, Storage};
+use kivi_storage::{PendingSync, SegmentId, Storage};
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -33,6 +33,14 @@ const ROLL_FOR_CHECKPOINT: u64 = 1 << 20;
 /// A checkpoint starts a new commit segment only when the current one holds
 /// at least this much (see `CommitLog::roll_before_next`).
 const ROLL_BEFORE_CHECKPOINT_MIN: u64 = 64 << 10;
+
+/// Where a group's records went, and their sync if it is still in flight.
+pub(crate) struct Appended {
+    pub segment: SegmentId,
+    /// Where the records begin in it.
+    pub start: u64,
+    pub sync: Option<PendingSync>,
+}
 
 /// Emits one record: its type, and a function writing its body.
 pub(crate) type Emit<'a> = dyn FnMut(RecordType, &mut dyn FnMut(&mut Vec<u8>)) + 'a;
@@ -92,6 +100,36 @@ impl CommitLog {
         }
     }
 
+    /// Whether the next append starts a new segment (for a group without
+    /// checkpoint records): none is open, the current one is broken or
+    /// full, or a checkpoint asked for a new one.
+    pub fn would_roll(&self) -> bool {
+        match self.chain.current() {
+            None => true,
+            Some(cur) => self.roll_requested || cur.is_broken() || cur.len() >= self.target,
+        }
+    }
+
+    /// Cuts the current segment off at `start`, where the records of a
+    /// group whose sync failed began (groups after it were in flight
+    /// behind it): the next segment's header declares that it ends there,
+    /// so none of them is ever read back. `seq_before`: the last commit
+    /// before them.
+    pub fn cut_off(&mut self, segment: SegmentId, start: u64, seq_before: u64) {
+        let Some(cur) = self.chain.current_mut() else {
+            return;
+        };
+        // Groups are in flight only within one segment (a new one is
+        // started only when nothing is in flight).
+        assert_eq!(cur.id(), segment, "groups in flight span one segment");
+        cur.abandon_from(start);
+        if let Some(seg) = self.segments.back_mut() {
+            seg.bytes = start;
+            // At most: a segment kept longer than needed, never too short.
+            seg.max_seq = seg.max_seq.min(seq_before);
+        }
+    }
+
     /// Makes sure a usable segment with room is open: after a failure or
     /// when the current one is full, closes it and starts the next.
     fn ensure_segment(
@@ -143,19 +181,23 @@ impl CommitLog {
     /// gets one when the current segment holds over 1 MiB of commits it
     /// covers). `records` gets how much of the segment
     /// is durable so far, which every record states (see kivi-log's scan).
+    /// `in_flight`: the sync is only started (see `SegmentWriter::start_sync`),
+    /// and returned for the caller to wait on.
     pub fn append_group(
         &mut self,
         seq: Option<u64>,
         checkpoint: Option<(u64, bool)>,
         records: &mut dyn FnMut(&mut Emit<'_>, u64),
         sync: bool,
-    ) -> Result<(), Error> {
+        in_flight: bool,
+    ) -> Result<Appended, Error> {
         if sync {
             self.pacer.commit_syncing();
         }
         let syncs = self.syncs.clone();
         let app = self.ensure_segment(checkpoint)?;
         let start = app.len();
+        let segment = app.id();
         let synced_through = app.synced_len();
         records(
             &mut |ty, body| {
@@ -163,12 +205,11 @@ impl CommitLog {
             },
             synced_through,
         );
-        let result = app.flush().and_then(|()| {
-            if sync {
-                timed(&syncs.commit_log, || app.sync())
-            } else {
-                Ok(())
-            }
+        let mut pending = None;
+        let result = app.flush().and_then(|()| match (sync, in_flight) {
+            (true, false) => timed(&syncs.commit_log, || app.sync()),
+            (true, true) => app.start_sync().map(|p| pending = Some(p)),
+            (false, _) => Ok(()),
         });
         if let Err(e) = result {
             app.abandon_from(start);
@@ -184,7 +225,11 @@ impl CommitLog {
         if let Some(seq) = seq {
             seg.max_seq = seq;
         }
-        Ok(())
+        Ok(Appended {
+            segment,
+            start,
+            sync: pending,
+        })
     }
 
     /// The segment being appended to and the bytes written to it (its file

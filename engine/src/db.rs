@@ -272,12 +272,17 @@ impl Db {
             damage: rec.damage.iter().map(|c| c.to_string()).collect(),
         };
         let commit_wait = opts.commit_wait;
+        // Without fsync nothing waits for a sync: groups commit whole.
+        let syncs_in_flight = match opts.durability {
+            crate::options::Durability::Fsync => storage.syncs_in_flight(),
+            _ => 1,
+        };
         let store = Store::new(
             path, storage, pager, tree_cfg, opts, store_id, version, counters, opened,
         );
         let inner = Arc::new(Inner {
             store: Arc::new(store),
-            commit: CommitPath::new(writer, commit_wait),
+            commit: CommitPath::new(writer, commit_wait, syncs_in_flight),
             checkpointer,
             backpressure: Backpressure::new(pacer),
             background: Background::default(),
@@ -528,8 +533,23 @@ impl Db {
     /// each durable when this returns; a batch's failure does not stop the
     /// others (a failed commit fails every batch of its group).
     pub fn write_each(&self, batches: Vec<WriteBatch>) -> Vec<Result<WriteOutcome>> {
+        self.write_each_in_order(batches, || {})
+    }
+
+    /// [`write_each`](Self::write_each), calling `queued` once every batch
+    /// has its place in the commit queue, before any is committed: batches
+    /// queued by any thread after that are applied after these. Several
+    /// threads can so keep commits in flight at once (see
+    /// [`commits_in_flight`](Self::commits_in_flight)) and still apply
+    /// their batches in the order a lock around the queueing gives them.
+    pub fn write_each_in_order(
+        &self,
+        batches: Vec<WriteBatch>,
+        queued: impl FnOnce(),
+    ) -> Vec<Result<WriteOutcome>> {
         let inner = self.inner();
         if inner.store.is_closed() {
+            queued();
             return batches.iter().map(|_| Err(Error::Closed)).collect();
         }
         let mut out: Vec<Option<Result<WriteOutcome>>> = Vec::with_capacity(batches.len());
@@ -542,10 +562,18 @@ impl Db {
                 requests.push(Request::Write(b));
             }
         }
-        let mut replies = inner
-            .commit
-            .submit_many(&inner.store, &inner.backpressure, requests)
-            .into_iter();
+        let mut replies = if requests.is_empty() {
+            queued();
+            Vec::new()
+        } else {
+            inner.commit.submit_many(
+                &inner.store,
+                &inner.backpressure,
+                requests,
+                Some(Box::new(queued)),
+            )
+        }
+        .into_iter();
         out.into_iter()
             .map(|o| match o {
                 Some(r) => r,
@@ -694,6 +722,14 @@ impl Db {
     /// replays little; then every file closed. Other clones of this handle see [`Error::Closed`] afterwards.
     pub fn close(self) -> Result<()> {
         self.inner().shutdown()
+    }
+
+    /// How many group commits may be in flight at once: 1 on a local
+    /// directory (each waits for its fdatasync before the next is
+    /// prepared), more on an object store, where each commit is a request
+    /// and the next ones are prepared while it travels.
+    pub fn commits_in_flight(&self) -> usize {
+        self.inner().commit.max_in_flight()
     }
 
     /// Where the store lives, as given when it was opened.

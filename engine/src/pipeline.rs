@@ -8,8 +8,13 @@
 //! concurrent writers share syncs, and each is answered only after the sync
 //! that holds its batch. The queue is bounded in batches and bytes; writers
 //! beyond the bound wait for room.
+//!
+//! On storage that overlaps syncs (an object store, where each is a
+//! request), a leader hands leadership on as soon as its group is prepared
+//! and in flight, then waits for the group's durability outside it: the
+//! next leader prepares the next group meanwhile (see `commit`).
 
-use crate::batch::WriteBatch;
+use crate::batch::{BatchOp, WriteBatch};
 use crate::error::Result;
 use crate::limits::{MAX_GROUP_BYTES, MAX_QUEUED_BATCHES, MAX_QUEUED_BYTES};
 use crate::version::Epoch;
@@ -33,6 +38,17 @@ pub(crate) enum Request {
         /// can go (compaction).
         fresh_segment: bool,
     },
+}
+
+impl Request {
+    /// Whether it is a checkpoint, or a write that clears the store: such
+    /// a group commits whole, never in flight (see `commit`).
+    pub fn checkpoints_or_clears(&self) -> bool {
+        match self {
+            Request::Checkpoint { .. } => true,
+            Request::Write(b) => b.ops.iter().any(|op| matches!(op, BatchOp::Clear)),
+        }
+    }
 }
 
 /// Result of a write batch.
@@ -66,8 +82,23 @@ const NOTIFY_QUEUE: usize = 256;
 /// Groups a leader commits for others after its own batch is answered.
 const MAX_EXTRA_GROUPS: u32 = 8;
 
-/// Commits one group and returns one reply per ticket, in order.
-pub(crate) type CommitFn<'a> = dyn Fn(&[Arc<Ticket>]) -> Vec<Result<Reply>> + 'a;
+/// What committing a group gave: its replies, one per ticket in order, or
+/// a group in flight, whose replies come from finishing it.
+pub(crate) enum Committed<'a> {
+    Done(Vec<Result<Reply>>),
+    /// Prepared, its sync started: finishing it (waiting for durability,
+    /// publishing in commit order) needs no leadership.
+    InFlight(Box<dyn FnOnce() -> Vec<Result<Reply>> + 'a>),
+}
+
+/// Commits groups for the pipeline.
+pub(crate) trait Committer {
+    /// Waits until another group may be started (commits in flight below
+    /// their limit), before the group is taken: it gathers meanwhile.
+    fn wait_for_room(&self);
+    /// Commits one group, or starts to.
+    fn commit<'s>(&'s self, group: &[Arc<Ticket>]) -> Committed<'s>;
+}
 
 pub(crate) struct Ticket {
     pub request: Request,
@@ -153,7 +184,7 @@ fn request_bytes(request: &Request) -> usize {
 impl Pipeline {
     /// Queues `request` and returns its reply once committed. `commit`
     /// commits one group and returns one reply per ticket, in order.
-    pub fn submit(&self, request: Request, commit: &CommitFn<'_>) -> Result<Reply> {
+    pub fn submit(&self, request: Request, commit: &dyn Committer) -> Result<Reply> {
         let bytes = request_bytes(&request);
         let ticket = Arc::new(Ticket {
             request,
@@ -193,7 +224,17 @@ impl Pipeline {
     /// While the queue is full it first settles the tickets it queued: a
     /// leader hands leadership to the front ticket, which may be one of
     /// ours, so waiting for room with ours queued could wait forever.
-    pub fn submit_many(&self, requests: Vec<Request>, commit: &CommitFn<'_>) -> Vec<Result<Reply>> {
+    ///
+    /// `queued` is called once every request has its place in the queue
+    /// (before any is answered): requests queued by others after that are
+    /// committed after these.
+    pub fn submit_many(
+        &self,
+        requests: Vec<Request>,
+        commit: &dyn Committer,
+        queued: Option<Box<dyn FnOnce() + '_>>,
+    ) -> Vec<Result<Reply>> {
+        let mut queued = queued;
         let mut replies = Vec::with_capacity(requests.len());
         let mut requests = requests.into_iter().peekable();
         while requests.peek().is_some() {
@@ -225,6 +266,11 @@ impl Pipeline {
                 debug_assert!(!mine.is_empty());
                 !std::mem::replace(&mut q.leader, true)
             };
+            if requests.peek().is_none() {
+                if let Some(queued) = queued.take() {
+                    queued();
+                }
+            }
             let mut lead_next = lead_now;
             for ticket in &mine {
                 if !lead_next {
@@ -248,13 +294,14 @@ impl Pipeline {
     /// Commits groups until `mine` is answered and then, while batches are
     /// waiting, a few more (handing leadership to a sleeping thread costs a
     /// wake-up during which the disk would idle); then passes leadership on.
-    fn lead(&self, mine: &Arc<Ticket>, commit: &CommitFn<'_>) -> Result<Reply> {
+    fn lead(&self, mine: &Arc<Ticket>, commit: &dyn Committer) -> Result<Reply> {
         let mut my_reply = None;
         let mut extra_groups = 0;
         loop {
             if !self.group_wait.is_zero() {
                 std::thread::sleep(self.group_wait);
             }
+            commit.wait_for_room();
             let group = {
                 let mut q = self.queue.lock();
                 let mut group = Vec::new();
@@ -270,7 +317,28 @@ impl Pipeline {
                 self.room.notify_all();
                 group
             };
-            let replies = commit(&group);
+            let replies = match commit.commit(&group) {
+                Committed::Done(replies) => replies,
+                Committed::InFlight(finish) => {
+                    // The next group can be prepared while this one is in
+                    // flight: leadership goes on now, and this thread
+                    // finishes its own group (which holds its ticket: the
+                    // group starts at the front, where the leader's is).
+                    self.pass_leadership();
+                    let replies = finish();
+                    assert_eq!(replies.len(), group.len(), "one reply per ticket");
+                    let mut answers = Vec::with_capacity(group.len());
+                    for (t, r) in group.into_iter().zip(replies) {
+                        if Arc::ptr_eq(&t, mine) {
+                            my_reply = Some(r);
+                        } else {
+                            answers.push((t, r));
+                        }
+                    }
+                    self.deliver(answers);
+                    return my_reply.expect("the leader's ticket is in this group or was answered");
+                }
+            };
             assert_eq!(replies.len(), group.len(), "one reply per ticket");
             let mut answers = Vec::with_capacity(group.len());
             for (t, r) in group.into_iter().zip(replies) {
@@ -293,6 +361,15 @@ impl Pipeline {
                 my_reply = Some(reply);
                 extra_groups += 1;
             }
+        }
+    }
+
+    /// Hands leadership to the first waiting ticket, or leaves it free.
+    fn pass_leadership(&self) {
+        let mut q = self.queue.lock();
+        match q.tickets.front() {
+            Some(next) => next.hand_leadership(),
+            None => q.leader = false,
         }
     }
 

@@ -14,6 +14,7 @@ use object_store::{
 };
 use parking_lot::Mutex;
 use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -49,6 +50,18 @@ type Plan = Box<dyn FnMut(Op, &str) -> Fault + Send>;
 pub struct FaultyStore {
     inner: Arc<dyn ObjectStore>,
     plan: Arc<Mutex<Plan>>,
+    /// Puts of log entries under way now, and the most there were at once.
+    puts_now: AtomicUsize,
+    most_puts: AtomicUsize,
+}
+
+/// Counts a put under way until dropped.
+struct PutUnderWay<'a>(&'a AtomicUsize);
+
+impl Drop for PutUnderWay<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl FaultyStore {
@@ -60,7 +73,14 @@ impl FaultyStore {
         FaultyStore {
             inner,
             plan: Arc::new(Mutex::new(Box::new(plan))),
+            puts_now: AtomicUsize::new(0),
+            most_puts: AtomicUsize::new(0),
         }
+    }
+
+    /// The most puts of log entries (commits, mostly) under way at once.
+    pub fn most_log_puts_at_once(&self) -> usize {
+        self.most_puts.load(Ordering::SeqCst)
     }
 
     fn decide(&self, op: Op, path: &Path) -> Fault {
@@ -95,6 +115,11 @@ impl ObjectStore for FaultyStore {
         payload: PutPayload,
         opts: PutOptions,
     ) -> Result<PutResult> {
+        let _under_way = location.as_ref().contains("log/").then(|| {
+            let now = self.puts_now.fetch_add(1, Ordering::SeqCst) + 1;
+            self.most_puts.fetch_max(now, Ordering::SeqCst);
+            PutUnderWay(&self.puts_now)
+        });
         match self.decide(Op::Put, location) {
             Fault::None => self.inner.put_opts(location, payload, opts).await,
             Fault::LandThenFail => {

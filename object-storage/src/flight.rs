@@ -34,6 +34,9 @@ pub struct PutCell {
 #[derive(Default)]
 struct PutState {
     answer: Option<Result<Created, IoError>>,
+    /// Set once retired (and stays set when the outcome is taken: other
+    /// threads may be waiting on this entry as the oldest in flight).
+    retired: bool,
     outcome: Option<Result<(), IoError>>,
 }
 
@@ -46,7 +49,7 @@ impl PutCell {
     /// Waits for the put's answer (not taking it).
     pub fn wait_answer(&self) {
         let mut st = self.state.lock();
-        while st.answer.is_none() && st.outcome.is_none() {
+        while st.answer.is_none() && !st.retired {
             self.done.wait(&mut st);
         }
     }
@@ -57,7 +60,10 @@ impl PutCell {
     }
 
     pub fn set_outcome(&self, outcome: Result<(), IoError>) {
-        self.state.lock().outcome = Some(outcome);
+        let mut st = self.state.lock();
+        st.retired = true;
+        st.outcome = Some(outcome);
+        drop(st);
         self.done.notify_all();
     }
 

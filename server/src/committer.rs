@@ -1,13 +1,18 @@
 //! The write stage: every connection's writes, of either protocol, go
-//! through one queue to one thread that hands all it finds waiting to
-//! `Db::write_each`, so they share group commits. Each write is answered
-//! (its `done` called) only after the commit holding it is durable.
+//! through one queue to a commit thread that hands all it finds waiting to
+//! the store (`Db::write_each_in_order`), so they share group commits. Each
+//! write is answered (its `done` called) only after the commit holding it
+//! is durable.
 //!
-//! One thread keeps the order simple: writes enter the store in the order
-//! they entered the queue, so a connection's writes take effect in the
-//! order it sent them (the kvlds contract, and read-your-writes for RESP
-//! pipelines). While one call to `write_each` waits for its sync, the next
-//! groups gather in the queue.
+//! Writes enter the store in the order they entered the queue, so a
+//! connection's writes take effect in the order it sent them (the kvlds
+//! contract, and read-your-writes for RESP pipelines): a thread holds the
+//! queue from taking a round until the round has its place in the store's
+//! commit queue. On a local directory one thread does it all, and while
+//! it waits for a sync the next groups gather in the queue. Where commits
+//! can be in flight at once (an object store: each is a request), as many
+//! threads take turns, each waiting for its own round's commit while the
+//! next thread queues the next round.
 //!
 //! Consecutive writes without conditions (plain puts and deletes, most of
 //! a server's writes) are merged into one batch: the same effect as
@@ -24,6 +29,8 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 const MAX_QUEUED: usize = 1 << 14;
 /// Bytes of queued writes, at most, in KiB (the unit of the permits).
 const MAX_QUEUED_KIB: u32 = 256 << 10;
+/// Commit threads, at most (see the module's doc).
+const MAX_COMMIT_THREADS: usize = 16;
 /// Writes handed to `write_each` at once, at most.
 const MAX_WRITES_PER_ROUND: usize = 1 << 16;
 /// Merged batches stay below this size.
@@ -102,58 +109,88 @@ fn merge(writes: impl IntoIterator<Item = (WriteBatch, Done)>) -> Vec<Merged> {
     out
 }
 
+/// One commit thread: takes a round of jobs from the queue, queues it in
+/// the store (letting the next thread take the queue then), waits for its
+/// commits and answers them; until the queue is closed and drained.
+fn commit_rounds(
+    db: &Db,
+    queue: &std::sync::Mutex<mpsc::Receiver<Job>>,
+    thread_stats: &CommitStats,
+) {
+    loop {
+        let mut rx = queue.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(first) = rx.blocking_recv() else {
+            return;
+        };
+        let mut jobs = vec![first];
+        let mut writes = jobs[0].writes.len();
+        while writes < MAX_WRITES_PER_ROUND {
+            match rx.try_recv() {
+                Ok(j) => {
+                    writes += j.writes.len();
+                    jobs.push(j);
+                }
+                Err(_) => break,
+            }
+        }
+        thread_stats.group_writes.record(writes as u64);
+        let mut permits = Vec::with_capacity(jobs.len());
+        let mut submitted = Vec::with_capacity(jobs.len());
+        let merged = merge(jobs.into_iter().flat_map(|j| {
+            permits.push(j._bytes);
+            submitted.push(j.submitted);
+            j.writes
+        }));
+        let (batches, dones): (Vec<_>, Vec<_>) =
+            merged.into_iter().map(|m| (m.batch, m.done)).unzip();
+        // The queue is let go once the round is queued in the store.
+        let results = db.write_each_in_order(batches, move || drop(rx));
+        debug_assert_eq!(results.len(), dones.len());
+        for (done, r) in dones.into_iter().zip(results) {
+            for d in done {
+                d(match &r {
+                    Ok(o) => Ok(*o),
+                    Err(e) => Err(e.duplicate()),
+                });
+            }
+        }
+        let answered = Instant::now();
+        for t in submitted {
+            thread_stats
+                .latency
+                .record_duration(answered.saturating_duration_since(t));
+        }
+        drop(permits);
+    }
+}
+
 impl Committer {
-    /// Starts the write thread; it ends once every `Committer` clone is
-    /// dropped and the queue is drained.
+    /// Starts the commit threads (one per commit the store can have in
+    /// flight, up to 16); they end once every `Committer` clone is dropped
+    /// and the queue is drained. The handle joins them all.
     pub fn start(db: Db) -> (Committer, std::thread::JoinHandle<()>) {
-        let (tx, mut rx) = mpsc::channel::<Job>(MAX_QUEUED);
+        let (tx, rx) = mpsc::channel::<Job>(MAX_QUEUED);
         let stats = Arc::new(CommitStats::default());
-        let thread_stats = stats.clone();
+        let threads = db.commits_in_flight().clamp(1, MAX_COMMIT_THREADS);
+        // Held from taking a round until it is queued in the store.
+        let queue = Arc::new(std::sync::Mutex::new(rx));
+        let workers: Vec<_> = (0..threads)
+            .map(|i| {
+                let (db, queue, stats) = (db.clone(), queue.clone(), stats.clone());
+                std::thread::Builder::new()
+                    .name(format!("kivi-serve-commit-{i}"))
+                    .spawn(move || commit_rounds(&db, &queue, &stats))
+                    .expect("spawn a commit thread")
+            })
+            .collect();
         let thread = std::thread::Builder::new()
-            .name("kivi-serve-commit".into())
+            .name("kivi-serve-commits".into())
             .spawn(move || {
-                while let Some(first) = rx.blocking_recv() {
-                    let mut jobs = vec![first];
-                    let mut writes = jobs[0].writes.len();
-                    while writes < MAX_WRITES_PER_ROUND {
-                        match rx.try_recv() {
-                            Ok(j) => {
-                                writes += j.writes.len();
-                                jobs.push(j);
-                            }
-                            Err(_) => break,
-                        }
-                    }
-                    thread_stats.group_writes.record(writes as u64);
-                    let mut permits = Vec::with_capacity(jobs.len());
-                    let mut submitted = Vec::with_capacity(jobs.len());
-                    let merged = merge(jobs.into_iter().flat_map(|j| {
-                        permits.push(j._bytes);
-                        submitted.push(j.submitted);
-                        j.writes
-                    }));
-                    let (batches, dones): (Vec<_>, Vec<_>) =
-                        merged.into_iter().map(|m| (m.batch, m.done)).unzip();
-                    let results = db.write_each(batches);
-                    debug_assert_eq!(results.len(), dones.len());
-                    for (done, r) in dones.into_iter().zip(results) {
-                        for d in done {
-                            d(match &r {
-                                Ok(o) => Ok(*o),
-                                Err(e) => Err(e.duplicate()),
-                            });
-                        }
-                    }
-                    let answered = Instant::now();
-                    for t in submitted {
-                        thread_stats
-                            .latency
-                            .record_duration(answered.saturating_duration_since(t));
-                    }
-                    drop(permits);
+                for w in workers {
+                    let _ = w.join();
                 }
             })
-            .expect("spawn the commit thread");
+            .expect("spawn the commit threads' joiner");
         let bytes = Arc::new(Semaphore::new(MAX_QUEUED_KIB as usize));
         (Committer { tx, bytes, stats }, thread)
     }
