@@ -13,9 +13,12 @@ MAX_KEY_LEN: int
 MAX_VALUE_LEN: int
 
 class Db:
-    """A kivi store in a directory (created if missing). Writes are durable
-    when they return unless ``no_fsync=True``. A context manager; every call
-    after ``close()`` raises ``ClosedError``. Safe to share between threads."""
+    """A kivi store in a directory (created if missing), or on an object
+    store by URL (``s3://bucket/prefix``, with the ``AWS_*`` variables;
+    ``file:///path``), cached in ``object_cache_dir`` (a temporary directory
+    if None) up to ``object_cache_bytes``. Writes are durable when they
+    return unless ``no_fsync=True``. A context manager; every call after
+    ``close()`` raises ``ClosedError``. Safe to share between threads."""
 
     def __init__(
         self,
@@ -24,6 +27,8 @@ class Db:
         no_fsync: bool = False,
         read_only: bool = False,
         cache_bytes: Optional[int] = None,
+        object_cache_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
+        object_cache_bytes: Optional[int] = None,
     ) -> None: ...
     @property
     def path(self) -> str: ...

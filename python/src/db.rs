@@ -126,13 +126,24 @@ pub(crate) fn bounds(
 #[pymethods]
 impl Db {
     #[new]
-    #[pyo3(signature = (path, *, no_fsync = false, read_only = false, cache_bytes = None))]
+    #[pyo3(signature = (
+        path,
+        *,
+        no_fsync = false,
+        read_only = false,
+        cache_bytes = None,
+        object_cache_dir = None,
+        object_cache_bytes = None
+    ))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         path: PathBuf,
         no_fsync: bool,
         read_only: bool,
         cache_bytes: Option<u64>,
+        object_cache_dir: Option<PathBuf>,
+        object_cache_bytes: Option<u64>,
     ) -> PyResult<Db> {
         let mut opts = Options::default();
         if no_fsync {
@@ -141,6 +152,10 @@ impl Db {
         opts.read_only = read_only;
         if let Some(c) = cache_bytes {
             opts.cache_bytes = c;
+        }
+        opts.object_cache_dir = object_cache_dir;
+        if let Some(c) = object_cache_bytes {
+            opts.object_cache_bytes = c;
         }
         let db = py.detach(|| EngineDb::open(&path, opts)).map_err(db_err)?;
         Ok(Db {

@@ -383,3 +383,21 @@ def test_batch_outside_db_must_be_written_explicitly():
     with pytest.raises(TypeError):
         with b:
             b.put(b"k", b"v")
+
+
+def test_a_store_on_an_object_store_by_url(tmp_path):
+    # file:// puts the objects an S3 bucket would hold in a directory;
+    # tests/s3 opens s3:// on a real S3 server the same way.
+    url = "file://" + str(tmp_path / "bucket")
+    (tmp_path / "bucket").mkdir()
+    cache = tmp_path / "cache"
+    with kivi.Db(url, object_cache_dir=cache, object_cache_bytes=8 << 20) as db:
+        with db.batch() as b:
+            b.put(b"a", b"1")
+            b.put(b"b", b"2")
+        db.put(b"c", b"3")
+        assert db.stats()["object_puts"] >= 2
+    assert not any((tmp_path / "bucket").glob("KIVI")), "a directory store was made"
+    with kivi.Db(url, object_cache_dir=tmp_path / "cache2") as db:
+        assert [k for k, _ in db.range()] == [b"a", b"b", b"c"]
+        assert db.get(b"c") == b"3"

@@ -162,3 +162,17 @@ def test_metrics_count_object_requests_by_kind():
         assert ("kivi_object_cache_bytes", ()) in samples
     finally:
         assert served.stop() == 0
+
+
+def test_the_python_package_opens_a_store_by_s3_url(tmp_path):
+    kivi_py = pytest.importorskip("kivi")
+    url = fresh_url()
+    with kivi_py.Db(url, object_cache_dir=tmp_path / "cache") as db:
+        with db.batch() as b:
+            for i in range(100):
+                b.put(b"k%03d" % i, b"v%d" % i)
+        assert db.stats()["object_puts"] >= 1
+    # Another process, on a cache of its own, finds it.
+    assert kivi(url, "get", "k042").strip() == "v42"
+    with kivi_py.Db(url, object_cache_dir=tmp_path / "cache2") as db:
+        assert len(list(db.range())) == 100
