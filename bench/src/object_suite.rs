@@ -1,5 +1,5 @@
 //! The object-store suite (`kivi bench --object-store`; docs/workloads.md,
-//! "Object-store workload"): kivi and, with the `peers` feature, SlateDB,
+//! "Object-store workload"): kivi and, with the `slatedb` feature, SlateDB,
 //! each on the S3-compatible server the `AWS_*` variables name, under a
 //! fresh prefix of one bucket, in the same run, rounds interleaving them.
 //! Every write is durable: it returns once the object holding it exists.
@@ -467,7 +467,7 @@ pub fn run(cfg: &ObjectConfig, out: &mut dyn Write) -> Result<Vec<Record>, Bench
                     let known: Vec<&str> = all.iter().map(|k| k.name).collect();
                     BenchError(format!(
                         "no store {name:?} in the object-store suite; this build has: {} \
-                         (build with --features peers for slatedb)",
+                         (build with --features slatedb for slatedb)",
                         known.join(", ")
                     ))
                 })
@@ -516,6 +516,12 @@ pub fn run(cfg: &ObjectConfig, out: &mut dyn Write) -> Result<Vec<Record>, Bench
     );
     for k in &chosen {
         let _ = writeln!(head, "  {:8} {} — {}", k.name, k.library, k.durability);
+    }
+    if cfg!(not(feature = "slatedb")) && cfg.stores.is_none() {
+        let _ = writeln!(
+            head,
+            "  (SlateDB is not in this build: kivi alone; build with --features slatedb for it)"
+        );
     }
     w(out, head.trim_end())?;
     let mut records = Vec::new();

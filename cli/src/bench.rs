@@ -10,7 +10,7 @@ pub struct BenchArgs {
     /// Stores to run, comma-separated: kivi, kivi-nocleaner (kivi with its
     /// cleaner idle), and with a build with `--features peers`, lmdb,
     /// rocksdb, leveldb, redb, fjall [default: kivi]; with --object-store:
-    /// kivi and, with peers, slatedb [default: all of them]
+    /// kivi and, with `--features slatedb`, slatedb [default: all of them]
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
     stores: Option<Vec<String>>,
     /// Workloads to run, comma-separated numbers or ranges (see docs/workloads.md):
@@ -79,10 +79,10 @@ pub struct BenchArgs {
     /// With --tables: random gets after each creation
     #[arg(long, value_name = "N", default_value_t = kivi_bench::tables::LOOKUPS, value_parser = positive)]
     lookups: u64,
-    /// Run the object-store suite instead: kivi and (with peers) SlateDB on
-    /// the S3-compatible server the AWS_* variables name (AWS_ENDPOINT,
-    /// AWS_ALLOW_HTTP, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
-    /// AWS_REGION), each under a fresh prefix of --bucket, every write
+    /// Run the object-store suite instead: kivi and (in a build with
+    /// `--features slatedb`) SlateDB on the S3-compatible server the AWS_*
+    /// variables name (AWS_ENDPOINT, AWS_ALLOW_HTTP, AWS_ACCESS_KEY_ID,
+    /// AWS_SECRET_ACCESS_KEY, AWS_REGION), each under a fresh prefix of --bucket, every write
     /// durable: bulk insert, durable writes by 1, 16 and 64 writers, cold
     /// and warm random reads (--ops of them, 10,000 by default), the writes
     /// again with a delay per request, and a raw conditional PUT; see

@@ -18,7 +18,7 @@ pub mod object;
 mod redb;
 #[cfg(feature = "peers")]
 mod rocksdb;
-#[cfg(feature = "peers")]
+#[cfg(feature = "slatedb")]
 mod slatedb;
 
 /// An error from a store, in words.

@@ -43,7 +43,7 @@ pub type OpenFn =
 pub fn kinds() -> Vec<ObjectKind> {
     #[allow(unused_mut)]
     let mut out = vec![KIVI];
-    #[cfg(feature = "peers")]
+    #[cfg(feature = "slatedb")]
     out.push(super::slatedb::KIND);
     out
 }
