@@ -9,12 +9,14 @@
 //! each store's figure and its ratio to kivi, and to JSON lines.
 
 pub mod cgroup;
+pub mod counting;
 pub mod kv40;
 pub mod kvlds_client;
 pub mod kvlds_workload;
 mod limited;
 pub mod measure;
 pub mod mkpairs;
+pub mod object_suite;
 mod report;
 pub mod resp_workloads;
 pub mod server;
@@ -141,6 +143,21 @@ pub struct Record {
     pub window_seconds: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub windows: Option<usize>,
+    /// The object-store suite: object requests per operation (write, read
+    /// or batch) as the counting wrapper around the store's client saw
+    /// them, all kinds together, PUTs and GETs apart; bytes PUT per pair
+    /// written; and the requests per operation as the store itself counts
+    /// them, where it does (kivi's `Stats`).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub object_requests_per_op: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub object_puts_per_op: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub object_gets_per_op: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub object_put_bytes_per_pair: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub stats_object_requests_per_op: Option<f64>,
 }
 
 impl Record {
@@ -173,6 +190,11 @@ impl Record {
             peak_files_per_live: None,
             window_seconds: None,
             windows: None,
+            object_requests_per_op: None,
+            object_puts_per_op: None,
+            object_gets_per_op: None,
+            object_put_bytes_per_pair: None,
+            stats_object_requests_per_op: None,
         }
     }
 

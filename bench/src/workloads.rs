@@ -26,7 +26,7 @@ fn wrong(what: String) -> StoreError {
 }
 
 /// Checks that `value`, read under key `i`, was written for key `i`.
-fn check(i: u64, found: bool, value: &[u8]) -> Result<()> {
+pub(crate) fn check(i: u64, found: bool, value: &[u8]) -> Result<()> {
     if !found {
         return Err(wrong(format!("key {i} is missing")));
     }

@@ -9,14 +9,10 @@ use std::path::PathBuf;
 pub struct BenchArgs {
     /// Stores to run, comma-separated: kivi, kivi-nocleaner (kivi with its
     /// cleaner idle), and with a build with `--features peers`, lmdb,
-    /// rocksdb, leveldb, redb, fjall
-    #[arg(
-        long,
-        value_name = "LIST",
-        default_value = "kivi",
-        value_delimiter = ','
-    )]
-    stores: Vec<String>,
+    /// rocksdb, leveldb, redb, fjall [default: kivi]; with --object-store:
+    /// kivi and, with `--features slatedb`, slatedb [default: all of them]
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    stores: Option<Vec<String>>,
     /// Workloads to run, comma-separated numbers or ranges (see docs/workloads.md):
     /// 1 bulk insert, 2 random read, 3 random update, 4 random mixed, 5 range scan,
     /// 6 hot-spot read, 7 single put, 8 concurrent put, 9 space, 10 recovery,
@@ -83,23 +79,55 @@ pub struct BenchArgs {
     /// With --tables: random gets after each creation
     #[arg(long, value_name = "N", default_value_t = kivi_bench::tables::LOOKUPS, value_parser = positive)]
     lookups: u64,
+    /// Run the object-store suite instead: kivi and (in a build with
+    /// `--features slatedb`) SlateDB on the S3-compatible server the AWS_*
+    /// variables name (AWS_ENDPOINT, AWS_ALLOW_HTTP, AWS_ACCESS_KEY_ID,
+    /// AWS_SECRET_ACCESS_KEY, AWS_REGION), each under a fresh prefix of --bucket, every write
+    /// durable: bulk insert, durable writes by 1, 16 and 64 writers, cold
+    /// and warm random reads (--ops of them, 10,000 by default), the writes
+    /// again with a delay per request, and a raw conditional PUT; see
+    /// docs/workloads.md
+    #[arg(long, conflicts_with_all = ["server", "tables"])]
+    object_store: bool,
+    /// With --object-store: the bucket (the run's objects are deleted at
+    /// its end)
+    #[arg(
+        long,
+        value_name = "NAME",
+        default_value = "kivi",
+        requires = "object_store"
+    )]
+    bucket: String,
+    /// With --object-store: seconds each durable-write measurement runs
+    #[arg(long, value_name = "S", default_value = "5", requires = "object_store", value_parser = positive_seconds)]
+    write_seconds: f64,
+    /// With --object-store: milliseconds of delay injected before every
+    /// request in the delayed write measurements
+    #[arg(
+        long,
+        value_name = "MS",
+        default_value = "30",
+        requires = "object_store"
+    )]
+    delay_ms: u64,
     /// Run each store in a child process inside a memory cgroup of SIZE
     /// (such as 2GiB or 256MiB; needs root), the page cache counted as in a
     /// container, every store's own cache set to what kivi picks by default
     /// for SIZE; reports each store's peak memory and the bytes it read and
     /// wrote at the device per operation
-    #[arg(long, value_name = "SIZE", value_parser = kivi_bench::cgroup::parse_size, conflicts_with_all = ["server", "tables"])]
+    #[arg(long, value_name = "SIZE", value_parser = kivi_bench::cgroup::parse_size, conflicts_with_all = ["server", "tables", "object_store"])]
     memory_limit: Option<u64>,
     /// Operations of each timed workload after the load (random read,
     /// update, mixed and hot-spot read), when fewer than N are wanted, as
-    /// for a 100M-pair store; N by default
+    /// for a 100M-pair store; N by default (with --object-store: the random
+    /// reads of each pass, 10,000 by default, at most N)
     #[arg(long, value_name = "OPS", value_parser = positive, conflicts_with_all = ["server", "tables"])]
     ops: Option<u64>,
     /// Seconds after which a timed workload (after the load; 9 and 10
     /// excepted) stops and reports its rate over the operations it did, so
     /// that a store that crawls at 100M pairs cannot stall a round; no cap
     /// by default
-    #[arg(long, value_name = "S", value_parser = positive, conflicts_with_all = ["server", "tables"])]
+    #[arg(long, value_name = "S", value_parser = positive, conflicts_with_all = ["server", "tables", "object_store"])]
     max_seconds: Option<u64>,
     /// Length of workload 9's long random-update run, in multiples of N
     #[arg(long, value_name = "K", default_value_t = kivi_bench::STEADY_UPDATES, value_parser = positive)]
@@ -162,6 +190,14 @@ fn server_workload(s: &str) -> std::result::Result<String, String> {
         Err(format!(
             "{s:?}: expected insert, update, extract, read, mixed, hotspot, redis or tls"
         ))
+    }
+}
+
+/// A duration in seconds above 0 (fractions allowed), at most an hour.
+fn positive_seconds(s: &str) -> std::result::Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v <= 3600.0 => Ok(v),
+        _ => Err("expected a number of seconds above 0, at most 3600".into()),
     }
 }
 
@@ -241,8 +277,25 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             .map(|_| ())
             .map_err(bench_err);
     }
+    if args.object_store {
+        let cfg = kivi_bench::object_suite::ObjectConfig {
+            n: args.n,
+            rounds: args.rounds,
+            dir: args.dir.clone(),
+            json: args.json.clone(),
+            bucket: Some(args.bucket.clone()),
+            stores: args.stores.clone(),
+            write_seconds: args.write_seconds,
+            reads: args.ops,
+            delay: std::time::Duration::from_millis(args.delay_ms),
+        };
+        let mut out = std::io::stdout().lock();
+        return kivi_bench::object_suite::run(&cfg, &mut out)
+            .map(|_| ())
+            .map_err(bench_err);
+    }
     let cfg = kivi_bench::Config {
-        stores: args.stores.clone(),
+        stores: args.stores.clone().unwrap_or_else(|| vec!["kivi".into()]),
         workloads: args.workloads.0.clone(),
         n: args.n,
         rounds: args.rounds,

@@ -346,7 +346,8 @@ fn run(cli: Cli) -> Result<()> {
         return Err(CliError::Input(
             "this kivi was built without the benchmark suite; build it with \
              `cargo build --release -p kivi-cli --features bench` (or `--features peers`, \
-             for the other stores too)"
+             for the other stores too, and `--features slatedb`, for SlateDB in \
+             `kivi bench --object-store`)"
                 .into(),
         ));
     }

@@ -13,10 +13,13 @@ mod kivi;
 mod leveldb;
 #[cfg(feature = "peers")]
 mod lmdb;
+pub mod object;
 #[cfg(feature = "peers")]
 mod redb;
 #[cfg(feature = "peers")]
 mod rocksdb;
+#[cfg(feature = "slatedb")]
+mod slatedb;
 
 /// An error from a store, in words.
 #[derive(Debug)]
