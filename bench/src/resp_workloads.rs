@@ -115,6 +115,11 @@ impl Client {
     }
 }
 
+/// A numeric field of the server's INFO `section`.
+pub fn info_u64(addr: &str, section: &str, field: &str) -> Result<u64, BenchError> {
+    Client::connect(addr)?.info_field(section, field)
+}
+
 /// Transactions per second: `clients` connections, each sending MULTI, ten
 /// SETs of distinct keys (16-byte values) and EXEC in one write, as
 /// redis-py's `pipeline()` does, and waiting for the answers before the

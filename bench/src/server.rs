@@ -30,6 +30,13 @@
 //!   and with `appendfsync everysec`: SET and GET with 1,000-command
 //!   pipelines, with 16-command pipelines from 50 clients, and unpipelined
 //!   from 50 clients.
+//! - On an object store (`s3`, not run unless asked): SETs from 1,000
+//!   redis-benchmark connections, unpipelined and with 16-command
+//!   pipelines, against `kivi serve` on the S3 server the `AWS_*`
+//!   variables name with every request delayed 30 ms (`KIVI_OBJECT_DELAY_MS`,
+//!   the round trip of S3 Standard) and without, and in the same round on a
+//!   local directory and against redis-server with `appendfsync always`;
+//!   the object puts per SET from INFO.
 //! - TLS (`tls`, not run unless asked): SET and GET with 1,000-command
 //!   pipelines from redis-benchmark, plain and over TLS, against `kivi
 //!   serve` and redis-server (always and everysec), each on a fresh server,
@@ -70,6 +77,9 @@ pub struct Config {
     pub redis: bool,
     /// Whether to run the TLS comparison.
     pub tls: bool,
+    /// The bucket for the object-store runs (`s3`), on the server the
+    /// `AWS_*` variables name; `None`: not run.
+    pub s3: Option<String>,
 }
 
 /// A `kivi serve` child on a fresh store, stopped (SIGTERM) on drop.
@@ -115,6 +125,15 @@ impl KiviServer {
             cmd.args(["--kvlds", a]);
         }
         Self::spawn(cmd, kvlds, usize::from(kvlds.is_some()) + usize::from(resp))
+    }
+
+    /// `kivi serve` on the object store at `url` (RESP on a free port),
+    /// every request to it delayed `delay_ms` (`KIVI_OBJECT_DELAY_MS`).
+    pub fn start_url(program: &Path, url: &str, delay_ms: u64) -> Result<Self, BenchError> {
+        let mut cmd = Command::new(program);
+        cmd.args(["-d", url, "serve", "--resp", "127.0.0.1:0"])
+            .env("KIVI_OBJECT_DELAY_MS", delay_ms.to_string());
+        Self::spawn(cmd, None, 1)
     }
 
     /// `kivi serve` with only a TLS RESP listener, on a free port.
@@ -990,6 +1009,136 @@ fn tls_round(cfg: &Config, tls: &TlsFiles, round: u32) -> Result<Vec<Record>, Be
     Ok(out)
 }
 
+/// The round trip injected for the object store's S3 Standard figures.
+const S3_DELAY_MS: u64 = 30;
+/// redis-benchmark connections of the object-store runs.
+const S3_CLIENTS: &str = "1000";
+
+/// SETs from 1,000 connections, unpipelined (`s3_set_c1000`, n / 10 of
+/// them: each is a round trip) and with 16-command pipelines
+/// (`s3_set_c1000_p16`), against one server; with `info`, the object puts
+/// per SET each run made, from INFO.
+fn s3_runs(
+    target: &str,
+    addr: &str,
+    n: u64,
+    round: u32,
+    info: bool,
+) -> Result<Vec<Record>, BenchError> {
+    let n_s = n.to_string();
+    let single = (n / 10).max(10_000).to_string();
+    let c = S3_CLIENTS;
+    let runs: [(&str, Vec<&str>); 2] = [
+        (
+            "c1000",
+            vec!["-t", "set", "-c", c, "-n", &single, "-r", &n_s],
+        ),
+        (
+            "c1000_p16",
+            vec!["-t", "set", "-c", c, "-P", "16", "-n", &n_s, "-r", &n_s],
+        ),
+    ];
+    let puts = || crate::resp_workloads::info_u64(addr, "stats", "kivi_object_puts");
+    let mut out = Vec::new();
+    for (label, args) in runs {
+        let before = if info { puts()? } else { 0 };
+        for (_, rps) in redis_benchmark(addr, &args)? {
+            let name = format!("s3_set_{label}");
+            let sets: u64 = args[args.iter().position(|a| *a == "-n").expect("-n") + 1]
+                .parse()
+                .expect("a count");
+            let per_set = if info {
+                Some((puts()? - before) as f64 / sets as f64)
+            } else {
+                None
+            };
+            eprintln!(
+                "[round {round}] {target:<14} {name:<22} {rps:>12.0} requests/s{}",
+                per_set.map_or(String::new(), |p| format!(", {p:.4} puts per SET"))
+            );
+            out.push(Record {
+                ops_per_sec: Some(rps),
+                object_puts_per_op: per_set,
+                client: Some("redis-benchmark".to_string()),
+                ..Record::new(target, &name, n, round)
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// One round of the object-store comparison (see the module's doc).
+fn s3_round(cfg: &Config, bucket: &str, round: u32) -> Result<Vec<Record>, BenchError> {
+    let mut out = Vec::new();
+    // A prefix of this run's own: the bucket may hold earlier runs' stores.
+    let run = format!("bench-serve-{}-{round}", std::process::id());
+    for (target, delay) in [("kivi-s3-30ms", S3_DELAY_MS), ("kivi-s3", 0)] {
+        let url = format!("s3://{bucket}/{run}-{delay}ms");
+        let server = KiviServer::start_url(&cfg.program, &url, delay)?;
+        let addr = server.resp.clone().expect("resp listener");
+        out.extend(s3_runs(target, &addr, cfg.n, round, true)?);
+    }
+    let d = fresh(&cfg.dir, &format!("round{round}-kivi-s3-local"))?;
+    {
+        let server = KiviServer::start(&cfg.program, &d, None, true)?;
+        let addr = server.resp.clone().expect("resp listener");
+        out.extend(s3_runs("kivi-serve", &addr, cfg.n, round, false)?);
+    }
+    let d = fresh(&cfg.dir, &format!("round{round}-redis-s3-always"))?;
+    let server = RedisServer::start(&d, "always")?;
+    let addr = format!("127.0.0.1:{}", server.port);
+    out.extend(s3_runs("redis-always", &addr, cfg.n, round, false)?);
+    Ok(out)
+}
+
+/// The object-store table, if it ran.
+fn s3_report(records: &[Record], o: &mut String) -> std::fmt::Result {
+    use std::fmt::Write as _;
+    let rate = |store: &str, t: &str| {
+        best(records, store, t, "redis-benchmark")
+            .map_or(f64::NAN, |r| r.ops_per_sec.expect("a rate"))
+    };
+    if !rate("kivi-s3-30ms", "s3_set_c1000").is_finite() {
+        return Ok(());
+    }
+    writeln!(
+        o,
+        "
+kivi serve on an object store: SETs from {S3_CLIENTS} redis-benchmark connections (best round), requests/s"
+    )?;
+    writeln!(
+        o,
+        "{:<18} {:>14} {:>10} {:>14} {:>10} {:>12} {:>13} {:>12}",
+        "test",
+        "s3, 30 ms/req",
+        "puts/SET",
+        "s3, no delay",
+        "puts/SET",
+        "local dir",
+        "redis always",
+        "goal 20K/s"
+    )?;
+    for t in ["s3_set_c1000", "s3_set_c1000_p16"] {
+        let puts = |store: &str| {
+            best(records, store, t, "redis-benchmark")
+                .and_then(|r| r.object_puts_per_op)
+                .unwrap_or(f64::NAN)
+        };
+        let slow = rate("kivi-s3-30ms", t);
+        writeln!(
+            o,
+            "{t:<18} {slow:>14.0} {:>10.4} {:>14.0} {:>10.4} {:>12.0} {:>13.0} {:>12}",
+            puts("kivi-s3-30ms"),
+            rate("kivi-s3", t),
+            puts("kivi-s3"),
+            rate("kivi-serve", t),
+            rate("redis-always", t),
+            met(slow, 20_000.0),
+        )?;
+    }
+    Ok(())
+}
+
 /// The expiring cache (kivi only: it reads the store's files through INFO):
 /// `n / 10` new keys a second, each living ten seconds, for thirty.
 fn expiring_cache_run(addr: &str, n: u64, round: u32) -> Result<Record, BenchError> {
@@ -1043,6 +1192,9 @@ pub fn run(cfg: &Config) -> Result<Vec<Record>, BenchError> {
         out.extend(kvlds_round(cfg, &targets, &pairs, round)?);
         if let Some(tls) = &tls {
             out.extend(tls_round(cfg, tls, round)?);
+        }
+        if let Some(bucket) = &cfg.s3 {
+            out.extend(s3_round(cfg, bucket, round)?);
         }
         if !cfg.redis {
             continue;
@@ -1260,6 +1412,7 @@ fn report_text(cfg: &Config, records: &[Record], o: &mut String) -> std::fmt::Re
         }
     }
     tls_report(records, o)?;
+    s3_report(records, o)?;
     let mut tests: Vec<&str> = records
         .iter()
         .filter(|r| r.workload.starts_with("redis_"))

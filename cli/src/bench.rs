@@ -54,8 +54,12 @@ pub struct BenchArgs {
     seconds: u32,
     /// With --server: what to run, comma-separated: kvlds workloads
     /// (insert, update, extract, read, mixed, hotspot), redis (the
-    /// redis-benchmark runs) and tls (SET and GET -P 1000 over TLS and
-    /// without, kivi and redis-server; not run unless listed)
+    /// redis-benchmark runs), tls (SET and GET -P 1000 over TLS and
+    /// without, kivi and redis-server; not run unless listed) and s3 (SETs
+    /// from 1,000 connections to kivi serve on the S3 server the AWS_*
+    /// variables name, bucket $KIVI_S3_BUCKET, with 30 ms per request and
+    /// without, beside a local directory and redis-server; not run unless
+    /// listed)
     #[arg(
         long,
         value_name = "LIST",
@@ -184,11 +188,13 @@ fn positive(s: &str) -> std::result::Result<u64, String> {
 }
 
 fn server_workload(s: &str) -> std::result::Result<String, String> {
-    if s == "redis" || s == "tls" || kivi_bench::kvlds_workload::Kind::from_short(s).is_some() {
+    if ["redis", "tls", "s3"].contains(&s)
+        || kivi_bench::kvlds_workload::Kind::from_short(s).is_some()
+    {
         Ok(s.to_string())
     } else {
         Err(format!(
-            "{s:?}: expected insert, update, extract, read, mixed, hotspot, redis or tls"
+            "{s:?}: expected insert, update, extract, read, mixed, hotspot, redis, tls or s3"
         ))
     }
 }
@@ -239,6 +245,17 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     }
     let program = std::env::current_exe().map_err(|e| CliError::io("find the kivi program", e))?;
     if args.server {
+        let s3 = match args.server_workloads.iter().any(|w| w == "s3") {
+            false => None,
+            true => Some(std::env::var("KIVI_S3_BUCKET").map_err(|_| {
+                CliError::Input(
+                    "--server-workloads s3 runs on the S3 server the AWS_* variables name, \
+                     in bucket $KIVI_S3_BUCKET: start one with \
+                     tests/s3/versitygw.sh start DIR and source DIR/env"
+                        .into(),
+                )
+            })?),
+        };
         let cfg = kivi_bench::server::Config {
             program,
             dir: args.dir.clone(),
@@ -256,6 +273,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                 .collect(),
             redis: args.server_workloads.iter().any(|w| w == "redis"),
             tls: args.server_workloads.iter().any(|w| w == "tls"),
+            s3,
         };
         let records = kivi_bench::server::run(&cfg).map_err(bench_err)?;
         let mut out = std::io::stdout().lock();
