@@ -91,6 +91,11 @@ s3dir=$(mktemp -d)
 tests/s3/versitygw.sh start "$s3dir"
 trap 'kill "$(cat "$s3dir/pid")" 2>/dev/null || true' EXIT
 (. "$s3dir/env" && KIVI_BIN=target/release/kivi "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/s3)
+# The object-store benchmark suite works on the same server, kivi alone (the
+# release kivi above; SlateDB is a feature of its own, left out here): every
+# step, as small as it goes (about 3.5 s).
+(. "$s3dir/env" && target/release/kivi bench --object-store -n 2000 --ops 200 \
+    --write-seconds 0.2 --delay-ms 1 --dir "$(mktemp -d)/bench-object")
 # The benchmark suite works, on every store (a tiny run; real numbers come
 # from docs/benchmarks.md).
 cargo run --release --locked --quiet -p kivi-cli --features peers -- \
