@@ -1014,7 +1014,7 @@ const S3_DELAY_MS: u64 = 30;
 /// redis-benchmark connections of the object-store runs.
 const S3_CLIENTS: &str = "1000";
 
-/// SETs from 1,000 connections, unpipelined (`s3_set_c1000`, n / 10 of
+/// SETs from 1,000 connections, unpipelined (`s3_set_c1000`, n / 2 of
 /// them: each is a round trip) and with 16-command pipelines
 /// (`s3_set_c1000_p16`), against one server; with `info`, the object puts
 /// per SET each run made, from INFO.
@@ -1026,7 +1026,7 @@ fn s3_runs(
     info: bool,
 ) -> Result<Vec<Record>, BenchError> {
     let n_s = n.to_string();
-    let single = (n / 10).max(10_000).to_string();
+    let single = (n / 2).max(10_000).to_string();
     let c = S3_CLIENTS;
     let runs: [(&str, Vec<&str>); 2] = [
         (
