@@ -45,10 +45,10 @@ use kivi_log::{CheckpointRecord, CommitRecord, OpRef, RecordType};
 use kivi_storage::{PendingSync, SegmentId};
 use kivi_tree::{apply, compare_keys, keys_in_leaf_of, release_written, Applied, TreeWrite};
 use parking_lot::{Condvar, Mutex};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::time::{Duration, Instant};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
 
 /// Groups of at least this many operations go straight into the tree while
 /// the write buffer is empty: they touch enough of each leaf they reach
@@ -585,7 +585,11 @@ impl CommitPath {
             // A moving average: 7/8 of the last, 1/8 of this one.
             let took = p.started.elapsed().as_nanos().min(u64::MAX as u128) as u64;
             let avg = self.sync_nanos.load(Relaxed);
-            let next = if avg == 0 { took } else { avg - avg / 8 + took / 8 };
+            let next = if avg == 0 {
+                took
+            } else {
+                avg - avg / 8 + took / 8
+            };
             self.sync_nanos.store(next, Relaxed);
         }
         let mut f = self.flight.lock();
