@@ -73,8 +73,10 @@ pub(crate) struct Writer {
     log: CommitLog,
     /// The last commit's sequence number (of the last group prepared).
     seq: u64,
-    /// The version of the last group prepared while groups are in flight:
-    /// the next group starts from it. `None` when nothing is in flight.
+    /// The version of the last group put in flight: the next group starts
+    /// from it. Set with the first group in flight and cleared when the
+    /// writer next waits for all of them (`settle`): while it is `None`,
+    /// nothing is in flight.
     ahead: Option<Arc<Version>>,
 }
 

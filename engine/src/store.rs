@@ -142,7 +142,8 @@ impl Store {
     }
 
     /// Publishes `next`; returns the version it replaces. Only under the
-    /// writer lock (see the module's doc).
+    /// writer lock (see the module's doc), or by groups in flight finishing
+    /// in order, while the writer lets nothing else publish (see `commit`).
     pub fn publish(&self, next: Arc<Version>) -> Arc<Version> {
         self.published.swap(next)
     }
