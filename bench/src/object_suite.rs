@@ -337,7 +337,9 @@ fn run_store(
         o.counts(),
     );
     emit(r)?;
-    emit(raw_puts(ctx, None)?)?;
+    if !ctx.kind.local {
+        emit(raw_puts(ctx, None)?)?;
+    }
     for threads in WRITERS {
         emit(durable_writes(
             ctx,
@@ -362,6 +364,9 @@ fn run_store(
     emit(read_pass(ctx, &o, "read_cold", 0x5eed_0031)?)?;
     emit(read_pass(ctx, &o, "read_warm", 0x5eed_0031)?)?;
     o.close()?;
+    if ctx.kind.local {
+        return Ok(());
+    }
 
     // 4: the writes again, every request delayed.
     let (o, _) = ctx.open("delayed", Some(ctx.cfg.delay))?;

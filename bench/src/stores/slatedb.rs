@@ -33,6 +33,7 @@ pub const KIND: ObjectKind = ObjectKind {
               1 GiB local disk cache, moka block cache",
     durability: "every write awaits durability (its WAL object's PUT)",
     open,
+    local: false,
 };
 
 struct Slate {
