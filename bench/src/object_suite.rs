@@ -648,7 +648,7 @@ fn summary(cfg: &ObjectConfig, kinds: &[&ObjectKind], records: &[Record]) -> Str
     }
     // The floor under a durable write: one conditional PUT, timed beside
     // each store's writes; from the round of the store's best 1-writer rate.
-    for k in kinds {
+    for k in kinds.iter().filter(|k| !k.local) {
         let _ = write!(
             s,
             "{}: 1-writer commit p50 over a raw conditional PUT's p50:",
