@@ -317,26 +317,15 @@ impl Pipeline {
                 self.room.notify_all();
                 group
             };
-            let replies = match commit.commit(&group) {
-                Committed::Done(replies) => replies,
+            let (replies, in_flight) = match commit.commit(&group) {
+                Committed::Done(replies) => (replies, false),
                 Committed::InFlight(finish) => {
                     // The next group can be prepared while this one is in
                     // flight: leadership goes on now, and this thread
                     // finishes its own group (which holds its ticket: the
                     // group starts at the front, where the leader's is).
                     self.pass_leadership();
-                    let replies = finish();
-                    assert_eq!(replies.len(), group.len(), "one reply per ticket");
-                    let mut answers = Vec::with_capacity(group.len());
-                    for (t, r) in group.into_iter().zip(replies) {
-                        if Arc::ptr_eq(&t, mine) {
-                            my_reply = Some(r);
-                        } else {
-                            answers.push((t, r));
-                        }
-                    }
-                    self.deliver(answers);
-                    return my_reply.expect("the leader's ticket is in this group or was answered");
+                    (finish(), true)
                 }
             };
             assert_eq!(replies.len(), group.len(), "one reply per ticket");
@@ -349,6 +338,9 @@ impl Pipeline {
                 }
             }
             self.deliver(answers);
+            if in_flight {
+                return my_reply.expect("the leader's ticket is in this group or was answered");
+            }
             if let Some(reply) = my_reply.take() {
                 let mut q = self.queue.lock();
                 if q.tickets.is_empty() || extra_groups == MAX_EXTRA_GROUPS {
