@@ -406,7 +406,7 @@ impl CommitPath {
         if op_refs.is_empty() && checkpoints.is_empty() && !clears {
             if behind_others {
                 // Decided against groups not yet durable: answered after them.
-                let p = self.start(w, base, None, replies, group.len(), 0, None, 0);
+                let p = self.start(w, base, None, replies, group.len(), 0, false, 0);
                 drop(guard);
                 return Committed::InFlight(Box::new(move || self.finish(store, bp, p)));
             }
@@ -462,20 +462,20 @@ impl CommitPath {
             }
         };
         let visible_log_bytes = base.visible_log_bytes + (w.log.appended - appended_before);
+        let mut next = next_version(
+            store,
+            &base,
+            applied,
+            buffered,
+            seq,
+            visible_log_bytes,
+            &ops,
+        );
         if in_flight {
             let seq_before = w.seq;
             if committing {
                 w.seq = seq;
             }
-            let next = next_version(
-                store,
-                &base,
-                applied,
-                buffered,
-                seq,
-                visible_log_bytes,
-                &ops,
-            );
             drop(base);
             let p = self.start(
                 w,
@@ -484,7 +484,7 @@ impl CommitPath {
                 replies,
                 group.len(),
                 reclaimed,
-                committing.then_some(seq_before),
+                committing,
                 seq_before,
             );
             drop(guard);
@@ -500,15 +500,6 @@ impl CommitPath {
             // from before the clear can go (see `Checkpointer::run`).
             store.note_cleared();
         }
-        let mut next = next_version(
-            store,
-            &base,
-            applied,
-            buffered,
-            seq,
-            visible_log_bytes,
-            &ops,
-        );
         let old_epoch = release_checkpointed(store, &mut next, &checkpoints);
         let next = Arc::new(next);
         let old = store.publish(next.clone());
@@ -536,7 +527,7 @@ impl CommitPath {
 
     /// Puts a prepared group in flight: the next group starts from `next`.
     /// `appended`: its records and their sync (`None` if it wrote none);
-    /// `committed`: `Some` if it is a commit.
+    /// `committing`: whether it is a commit (it has a sequence number).
     #[allow(clippy::too_many_arguments)]
     fn start(
         &self,
@@ -546,7 +537,7 @@ impl CommitPath {
         replies: Replies,
         batches: usize,
         reclaimed: u64,
-        committed: Option<u64>,
+        committing: bool,
         seq_before: u64,
     ) -> InFlight {
         let publish = appended.is_some();
@@ -569,7 +560,7 @@ impl CommitPath {
             next: publish.then_some(next),
             replies,
             batches,
-            committing: committed.is_some(),
+            committing,
             reclaimed,
             log_file_bytes: w.log.bytes(),
             segment,

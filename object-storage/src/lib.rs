@@ -600,21 +600,27 @@ impl Inner {
         Ok(())
     }
 
+    /// This writer's fence at number `n` (its epoch is `n`; the dead zone
+    /// follows it).
+    fn fence_entry(&self, n: u64) -> Bytes {
+        let e = Entry {
+            kind: EntryKind::Fence,
+            epoch: n,
+            writer: self.writer,
+            segment: 0,
+            offset: DEAD_ZONE,
+            payload_len: 0,
+        };
+        Bytes::from(format::encode_entry(&e, &[]))
+    }
+
     /// Claims the writer's role: creates a fence at the log's end. If the
     /// end moved (another writer's commit or fence landed there), that entry
     /// is read like the rest and the next number tried.
     fn fence(&self, log: &mut LogState) -> Result<(), Error> {
         loop {
             let n = log.next;
-            let e = Entry {
-                kind: EntryKind::Fence,
-                epoch: n,
-                writer: self.writer,
-                segment: 0,
-                offset: DEAD_ZONE,
-                payload_len: 0,
-            };
-            let bytes = Bytes::from(format::encode_entry(&e, &[]));
+            let bytes = self.fence_entry(n);
             let name = format::log_name(n);
             match self.remote.put_create(&name, bytes)? {
                 Created::Ours => {
@@ -892,16 +898,8 @@ impl Inner {
     fn refence(&self, log: &mut LogState) -> Result<(), IoError> {
         debug_assert!(log.flight.is_empty(), "settled before fencing again");
         while let Some(n) = log.failed_from {
-            let e = Entry {
-                kind: EntryKind::Fence,
-                epoch: n,
-                writer: self.writer,
-                segment: 0,
-                offset: DEAD_ZONE,
-                payload_len: 0,
-            };
             let name = format::log_name(n);
-            let bytes = Bytes::from(format::encode_entry(&e, &[]));
+            let bytes = self.fence_entry(n);
             match self.remote.put_create(&name, bytes.clone())? {
                 Created::Ours => {
                     log.epoch = n;
