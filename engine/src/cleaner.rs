@@ -14,6 +14,7 @@ use kivi_log::CheckpointRecord;
 use kivi_storage::SegmentId;
 use plan::{plan_floor, Plan, PlanInput};
 use std::sync::Weak;
+use std::time::Instant;
 
 /// What the cleaner keeps between checkpoints. Part of the checkpointer's
 /// state, under its lock: cleaning is done by checkpoints.
@@ -28,7 +29,7 @@ pub(crate) struct Cleaner {
     /// the epochs of the versions that may still read it (every epoch before
     /// the checkpoint that let it go and still alive then); deleted once all
     /// of those are gone.
-    retiring: Vec<(Vec<Weak<Epoch>>, SegmentId)>,
+    retiring: Vec<(Vec<Weak<Epoch>>, SegmentId, Instant)>,
     /// Epochs before the newest checkpoint's that were alive at its end.
     old_epochs: Vec<Weak<Epoch>>,
     /// Bytes the last checkpoint wrote: about what the next one will add
@@ -111,27 +112,32 @@ impl Cleaner {
             .segments()
             .range(..u64::from(self.durable_oldest))
             .map(|(&id, _)| id)
-            .filter(|id| !self.retiring.iter().any(|(_, r)| r == id))
+            .filter(|id| !self.retiring.iter().any(|(_, r, _)| r == id))
             .collect();
         self.old_epochs.retain(|e| e.strong_count() > 0);
         self.old_epochs.push(old_epoch);
         let epochs = self.old_epochs.clone();
-        self.retiring
-            .extend(retire.into_iter().map(|id| (epochs.clone(), id)));
+        self.retiring.extend(
+            retire
+                .into_iter()
+                .map(|id| (epochs.clone(), id, Instant::now())),
+        );
         if written.is_some() {
             self.last_written = written;
         }
     }
 
     /// Deletes the page segments no checkpoint references once no version
-    /// that could read them is left. Oldest first is not needed here: page
-    /// segments are found by listing, not by a chain.
+    /// that could read them is left, and the storage's grace for readers
+    /// elsewhere (`Storage::retired_grace`) has passed. Oldest first is not
+    /// needed here: page segments are found by listing, not by a chain.
     pub fn delete_retired(&mut self, store: &Store, pages: &mut PageLog) {
         let counters = store.counters();
+        let grace = store.storage().retired_grace();
         let mut i = 0;
         while i < self.retiring.len() {
-            let (epochs, id) = &self.retiring[i];
-            if epochs.iter().any(|e| e.strong_count() > 0) {
+            let (epochs, id, retired_at) = &self.retiring[i];
+            if epochs.iter().any(|e| e.strong_count() > 0) || retired_at.elapsed() < grace {
                 i += 1;
                 continue;
             }

@@ -10,6 +10,7 @@ use crate::commit_log::CommitLog;
 use crate::counters::Counters;
 use crate::error::{Error, Result};
 use crate::expiry::{is_live, Clock, Deadline, Millis};
+use crate::follower::{Follower, FollowerStatus};
 use crate::identity::{self, IDENTITY};
 use crate::iter::{Iter, Scan, Snapshot};
 use crate::latency::{SyncTimes, SyncTimesSnapshot};
@@ -41,6 +42,8 @@ pub(crate) struct Inner {
     background: Background,
     /// How long the logs' fdatasyncs took.
     syncs: Arc<SyncTimes>,
+    /// A read-only open's place in the writer's log (see `follower.rs`).
+    follower: Option<Arc<Follower>>,
 }
 
 /// A kivi store. Cheap to clone; all clones share one store, and the store
@@ -227,6 +230,7 @@ impl Db {
         let pager = Pager::new(storage.clone(), opts.cache_bytes);
         let tree_cfg = TreeConfig::for_page_size(opts.page_size);
         let rec = recover(&storage, &pager, store_id)?;
+        let read_only = opts.read_only;
         let ids = Arc::new(SegmentIds::after(rec.max_segment_id));
         let pacer = Arc::new(Pacer::new());
         let syncs = Arc::new(SyncTimes::default());
@@ -263,9 +267,10 @@ impl Db {
             rec.checkpoint.as_ref().map_or(0, unreferenced_below),
             rec.checkpoint.as_ref().map_or(0, |c| c.replay_from),
         );
+        let follower =
+            read_only.then(|| Arc::new(Follower::new(rec.log_end, rec.version.visible_seq)));
         let version = rec.version;
         let counters = Counters::after_open(rec.checkpoint.map(|c| (c.tree_bytes, c.seq)));
-        let read_only = opts.read_only;
         let opened = OpenReport {
             torn_tail: rec.torn_tail,
             replayed: rec.replayed,
@@ -287,6 +292,7 @@ impl Db {
             backpressure: Backpressure::new(pacer),
             background: Background::default(),
             syncs,
+            follower,
         });
         if !read_only {
             let me = inner.clone();
@@ -297,6 +303,80 @@ impl Db {
         Ok(Db {
             handle: Arc::new(Handle { inner }),
         })
+    }
+
+    /// Opens, read-only, the store at `path` (an object store's URL, as
+    /// [`Db::open`] takes it) that another process writes, and *follows*
+    /// it: a thread polls the writer's log (on an object store, one GET
+    /// when nothing is new) and makes its commits visible here as they
+    /// appear, whole and in order ([`Db::follower_status`] says how far
+    /// behind it is). Writes fail with [`Error::ReadOnly`]. The polls
+    /// follow each other at once while they find commits, else after a
+    /// pause that doubles from 1 ms up to [`Options::follow_interval`].
+    ///
+    /// A store on a local directory cannot be followed (the writer's
+    /// appends there are visible before they are durable).
+    pub fn follow(path: impl AsRef<Path>, opts: Options) -> Result<Db> {
+        let interval = opts.follow_interval;
+        let db = Db::open(
+            path,
+            Options {
+                read_only: true,
+                ..opts
+            },
+        )?;
+        db.start_following(interval)?;
+        Ok(db)
+    }
+
+    /// [`Db::follow`] on any storage backend that can be followed (an
+    /// object store's, opened read-only).
+    pub fn follow_with_storage(storage: Arc<dyn Storage>, opts: Options) -> Result<Db> {
+        let interval = opts.follow_interval;
+        let db = Db::open_with_storage(
+            storage,
+            Options {
+                read_only: true,
+                ..opts
+            },
+        )?;
+        db.start_following(interval)?;
+        Ok(db)
+    }
+
+    fn start_following(&self, interval: std::time::Duration) -> Result<()> {
+        let inner = self.inner();
+        let follower = inner
+            .follower
+            .as_ref()
+            .expect("a read-only open has a follower");
+        // Fails at once on storage that cannot be followed.
+        inner.store.storage().refresh(false)?;
+        follower.start(
+            Arc::downgrade(&inner.store),
+            Arc::downgrade(follower),
+            interval,
+        );
+        Ok(())
+    }
+
+    /// For a store opened read-only beside its writer (on an object store;
+    /// [`Db::follow`] does this all the time): makes every commit the
+    /// writer has made durable so far visible here, and returns the last
+    /// one's sequence number. Fails with [`Error::ReadOnly`] on a store
+    /// opened for writing, which is never behind.
+    pub fn catch_up(&self) -> Result<u64> {
+        let inner = self.inner();
+        match &inner.follower {
+            Some(f) => f.catch_up(&inner.store),
+            None => Err(Error::ReadOnly),
+        }
+    }
+
+    /// How a store opened read-only stands against its writer (`None` for
+    /// a store opened for writing).
+    pub fn follower_status(&self) -> Option<FollowerStatus> {
+        self.inner().follower.as_ref().map(|f| f.status())
     }
 
     fn inner(&self) -> &Inner {
@@ -760,6 +840,10 @@ impl Inner {
             return Ok(());
         }
         let result = self.background.stop(&self.backpressure);
+        if let Some(f) = &self.follower {
+            self.store.mark_closed();
+            f.join();
+        }
         let mut result = match result {
             Some(Err(e)) => Err(e),
             _ => Ok(()),

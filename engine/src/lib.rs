@@ -67,6 +67,7 @@ mod counters;
 mod db;
 mod error;
 mod expiry;
+mod follower;
 mod identity;
 mod iter;
 mod latency;
@@ -89,6 +90,7 @@ pub use check::CheckReport;
 pub use db::Db;
 pub use error::{Error, Result};
 pub use expiry::{Clock, Deadline};
+pub use follower::FollowerStatus;
 pub use iter::{Iter, Scan, Snapshot};
 /// Sealed tables: sparkey-compatible immutable hash tables (the `kivi-tables`
 /// crate; the `tables` feature, on by default). Written once, in bulk, then

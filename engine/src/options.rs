@@ -72,6 +72,11 @@ pub struct Options {
     /// commit is one PUT, billed by the request: under concurrent writers,
     /// waiting a few milliseconds trades that much latency for fewer PUTs.
     pub commit_wait: std::time::Duration,
+    /// For a follower ([`Db::follow`](crate::Db::follow)): the longest
+    /// pause between two polls of the writer's log while they find nothing
+    /// (default 20 ms; between 1 ms and 10 s). On an object store each
+    /// poll that finds nothing is one GET.
+    pub follow_interval: std::time::Duration,
 }
 
 impl Default for Options {
@@ -90,6 +95,7 @@ impl Default for Options {
             object_cache_dir: None,
             object_cache_bytes: 1 << 30,
             commit_wait: std::time::Duration::ZERO,
+            follow_interval: std::time::Duration::from_millis(20),
         }
     }
 }
@@ -141,6 +147,10 @@ impl Options {
         }
         if self.commit_wait > std::time::Duration::from_secs(1) {
             return bad("commit_wait must be at most one second");
+        }
+        let follow = std::time::Duration::from_millis(1)..=std::time::Duration::from_secs(10);
+        if !follow.contains(&self.follow_interval) {
+            return bad("follow_interval must be between 1 ms and 10 s");
         }
         if self.cache_bytes < 64 << 10 {
             return bad("cache_bytes must be at least 64 KiB");

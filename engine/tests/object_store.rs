@@ -9,8 +9,13 @@ use object_store::memory::InMemory;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+/// A writer with no followers: retired page segments go at once.
 fn storage(store: &Arc<InMemory>) -> ObjectStorage {
-    ObjectStorage::open(store.clone(), "db", "memory://db", Config::default()).unwrap()
+    let config = Config {
+        retired_grace: std::time::Duration::ZERO,
+        ..Config::default()
+    };
+    ObjectStorage::open(store.clone(), "db", "memory://db", config).unwrap()
 }
 
 /// Small sizes, so that a few thousand writes roll segments, take

@@ -26,6 +26,9 @@ pub const LOG_HEADER: usize = 72;
 /// Bytes before a chunk's payload.
 pub const CHUNK_HEADER: usize = 56;
 
+/// The latest time an entry's 48-bit stamp holds (year 10889).
+const TIME_MAX: u64 = (1 << 48) - 1;
+
 /// Numbers after a fence at `n` that no entry of the fencing writer uses
 /// (`n + 1 .. n + DEAD_ZONE`): a writer keeps at most this many log puts
 /// in flight, so whatever the writer it fenced still had in flight lands
@@ -61,6 +64,9 @@ pub struct Entry {
     pub offset: u64,
     /// Bytes after the header.
     pub payload_len: u64,
+    /// When its writer made it: milliseconds since the Unix epoch by the
+    /// writer's clock (0: not stamped), for followers' lag. 48 bits.
+    pub time_ms: u64,
 }
 
 /// A log entry as stored: header, then `payload`.
@@ -69,7 +75,8 @@ pub fn encode_entry(e: &Entry, payload: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(LOG_HEADER + payload.len());
     out.extend_from_slice(&LOG_MAGIC);
     out.push(e.kind as u8);
-    out.extend_from_slice(&[0; 7]);
+    out.push(0);
+    out.extend_from_slice(&e.time_ms.min(TIME_MAX).to_le_bytes()[..6]);
     out.extend_from_slice(&e.epoch.to_le_bytes());
     out.extend_from_slice(&e.writer);
     out.extend_from_slice(&e.segment.to_le_bytes());
@@ -107,6 +114,7 @@ pub fn decode_entry(bytes: &[u8]) -> Result<Entry, String> {
         segment: u64_at(40),
         offset: u64_at(48),
         payload_len: u64_at(56),
+        time_ms: u64_at(8) >> 16,
     };
     if e.payload_len != (bytes.len() - LOG_HEADER) as u64 {
         return Err("log entry's length does not match its object".into());
@@ -203,6 +211,7 @@ mod tests {
             segment: 42,
             offset: 4096,
             payload_len: 5,
+            time_ms: 1_795_000_000_123,
         };
         let bytes = encode_entry(&e, b"hello");
         assert_eq!(decode_entry(&bytes), Ok(e));

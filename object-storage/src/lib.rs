@@ -41,8 +41,8 @@ use bytes::Bytes;
 use flight::{PutCell, Putters, MAX_IN_FLIGHT};
 use format::{Entry, EntryKind, PageObject, CHUNK_HEADER, DEAD_ZONE, LOG_HEADER};
 use kivi_storage::{
-    segment_file_name, Corruption, Error, IoError, PendingSync, RemoteRequests, SegmentId,
-    SegmentReader, SegmentWriter, StepHook, Storage,
+    segment_file_name, Corruption, Error, IoError, PendingSync, Refreshed, RemoteRequests,
+    SegmentId, SegmentReader, SegmentWriter, StepHook, Storage,
 };
 use object_store::ObjectStore;
 use parking_lot::{Mutex, RwLock};
@@ -64,6 +64,15 @@ const IDENTITY: &str = "KIVI";
 /// Log entries fetched at once while a store opens.
 const READ_AHEAD: usize = 32;
 
+/// Log entries a follower fetches at once while the log goes on.
+const FOLLOW_AHEAD: u64 = 8;
+
+/// Rounds of asking whether a put whose answer was lost landed
+/// (`Inner::settle_lost`), and the pause before the second (doubling):
+/// 150 ms in all, on top of each round's own tries.
+const SETTLE_ROUNDS: u32 = 3;
+const SETTLE_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// How a store on an object store is opened.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -82,6 +91,10 @@ pub struct Config {
     /// Whether a writable open of a prefix that holds nothing may start a
     /// store there (else it fails with `NotFound`, writing nothing).
     pub create_if_missing: bool,
+    /// How long a writer keeps the page segments its checkpoints no longer
+    /// reference before deleting them, for followers still reading the
+    /// tree before (default 10 s; see `Storage::retired_grace`).
+    pub retired_grace: std::time::Duration,
 }
 
 impl Default for Config {
@@ -92,6 +105,7 @@ impl Default for Config {
             read_only: false,
             retry_delay: std::time::Duration::from_millis(20),
             create_if_missing: true,
+            retired_grace: std::time::Duration::from_secs(10),
         }
     }
 }
@@ -112,6 +126,7 @@ struct Inner {
     writer: [u8; 16],
     read_only: bool,
     create_if_missing: bool,
+    retired_grace: std::time::Duration,
     log: Mutex<LogState>,
     /// Every segment there is, by id.
     segments: RwLock<BTreeMap<SegmentId, Arc<Segment>>>,
@@ -307,6 +322,7 @@ impl ObjectStorage {
             writer: rand::random(),
             read_only: config.read_only,
             create_if_missing: config.create_if_missing,
+            retired_grace: config.retired_grace,
             log: Mutex::new(LogState::default()),
             segments: RwLock::new(BTreeMap::new()),
         });
@@ -335,6 +351,33 @@ impl ObjectStorage {
     pub fn fenced(&self) -> Option<String> {
         self.inner.log.lock().fenced.clone()
     }
+
+    /// For a read-only open: reads the log entries the writer put since
+    /// the open or the last call, so that commit segments grow, appear and
+    /// go as they did for the writer; `list` also lists the page segments
+    /// again (what a checkpoint wrote) and drops the commit segments the
+    /// writer deleted without an entry (the log's oldest, when its start
+    /// moved). One GET when nothing changed.
+    pub fn refresh(&self, list: bool) -> Result<Refreshed, Error> {
+        if !self.inner.read_only {
+            return Err(Error::Io(IoError::new(
+                "follow",
+                self.inner.remote.label.clone(),
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "only a read-only open follows a writer",
+                ),
+            )));
+        }
+        self.inner.refresh(list)
+    }
+}
+
+/// Milliseconds since the Unix epoch, for stamping log entries.
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// The environment variable that delays every request of a store opened
@@ -464,27 +507,184 @@ impl Inner {
                     _ => return Ok((epoch, n)),
                 }
             };
-            let name = format::log_name(n);
-            let e = format::decode_entry(&bytes).map_err(|why| self.corrupt(&name, why))?;
-            if epoch.is_some_and(|cur| e.epoch < cur) {
-                // An earlier writer's entry that landed after a fence.
-                log.present.insert(n, e.kind);
-                n += 1;
-                continue;
-            }
-            epoch = Some(e.epoch);
-            log.present.insert(n, e.kind);
-            self.apply(log, segments, n, &e, &bytes)?;
-            self.cache_object(&name, &bytes);
+            let (e, next) = self.take_entry(log, segments, &mut epoch, n, &bytes, true)?;
             if e.kind == EntryKind::Fence {
-                for stray in listed.range(n + 1..n + e.offset) {
+                for stray in listed.range(n + 1..next) {
                     log.present.insert(*stray, EntryKind::Data);
                 }
-                n += e.offset.max(1);
-            } else {
-                n += 1;
+            }
+            n = next;
+        }
+    }
+
+    /// Reads log entry `n` (`bytes`, found there) into `log` and
+    /// `segments`, given the epoch so far; returns it and the number of the
+    /// next entry to read (past a fence's dead zone). An earlier writer's
+    /// entry that landed after a fence changes nothing. `remember`: keep
+    /// the entry in `log.present` (a writer's, to delete old entries).
+    fn take_entry(
+        &self,
+        log: &mut LogState,
+        segments: &mut BTreeMap<SegmentId, Arc<Segment>>,
+        epoch: &mut Option<u64>,
+        n: u64,
+        bytes: &Bytes,
+        remember: bool,
+    ) -> Result<(Entry, u64), Error> {
+        let name = format::log_name(n);
+        let e = format::decode_entry(bytes).map_err(|why| self.corrupt(&name, why))?;
+        if remember {
+            log.present.insert(n, e.kind);
+        }
+        if epoch.is_some_and(|cur| e.epoch < cur) {
+            return Ok((e, n + 1));
+        }
+        *epoch = Some(e.epoch);
+        self.apply(log, segments, n, &e, bytes)?;
+        self.cache_object(&name, bytes);
+        let next = match e.kind {
+            EntryKind::Fence => n + e.offset.max(1),
+            _ => n + 1,
+        };
+        Ok((e, next))
+    }
+
+    /// A read-only open's view of the log, moved on to where the writer's
+    /// log now ends (see `ObjectStorage::refresh`). Entries are read in
+    /// order, one request for the next and a few after it at once while
+    /// there are more; the first number that holds nothing is the end for
+    /// now. Only durable entries are ever there: a writer settles a put
+    /// whose answer was lost before it reports anything
+    /// (`Inner::settle_lost`), so an entry that exists and no fence's dead
+    /// zone covers was acknowledged, or will be.
+    fn refresh(&self, list: bool) -> Result<Refreshed, Error> {
+        debug_assert!(self.read_only, "a writer's view is its own");
+        let mut log = self.log.lock();
+        let mut out = Refreshed::default();
+        if list {
+            // Whatever the writer deleted without an entry (the log's oldest
+            // segments, whose entries the start passed) goes, and page
+            // segments are listed again.
+            let start = self.newest_start()?.unwrap_or(0);
+            if start > log.next {
+                drop(log);
+                return self.restart();
+            }
+            if start > log.start {
+                log.start = start;
+                let mut segments = self.segments.write();
+                let gone: Vec<SegmentId> = log
+                    .created_at
+                    .iter()
+                    .filter(|(_, &at)| at < start)
+                    .map(|(&id, _)| id)
+                    .collect();
+                for id in gone {
+                    log.created_at.remove(&id);
+                    segments.remove(&id);
+                    out.changed = true;
+                }
+            }
+            out.changed |= self.refresh_pages()?;
+        }
+        let mut epoch = Some(log.epoch);
+        let mut n = log.next;
+        let mut fetched: BTreeMap<u64, Option<Bytes>> = BTreeMap::new();
+        loop {
+            if !fetched.contains_key(&n) {
+                // The next alone while the log seems to end there; once it
+                // goes on, the ones after it too.
+                let ahead = if out.changed { FOLLOW_AHEAD } else { 1 };
+                let want: Vec<u64> = (n..n + ahead).collect();
+                let names: Vec<String> = want.iter().map(|&w| format::log_name(w)).collect();
+                for (w, got) in want.into_iter().zip(self.remote.get_many(&names)?) {
+                    fetched.insert(w, got);
+                }
+            }
+            let Some(bytes) = fetched.remove(&n).expect("just fetched") else {
+                break;
+            };
+            let mut segments = self.segments.write();
+            let (e, next) =
+                self.take_entry(&mut log, &mut segments, &mut epoch, n, &bytes, false)?;
+            drop(segments);
+            if e.time_ms > 0 {
+                out.oldest_ms.get_or_insert(e.time_ms);
+                out.newest_ms = Some(e.time_ms);
+            }
+            out.changed = true;
+            n = next;
+            fetched.retain(|&k, _| k >= n);
+        }
+        log.epoch = epoch.unwrap_or(0);
+        log.next = n;
+        Ok(out)
+    }
+
+    /// A read-only open fell so far behind that the writer deleted log
+    /// entries it had not read: everything is read again, as at open.
+    fn restart(&self) -> Result<Refreshed, Error> {
+        let mut log = self.log.lock();
+        let mut segments = self.segments.write();
+        *log = LogState::default();
+        segments.retain(|_, s| s.kind == Kind::Page);
+        let (epoch, n) = self.read_log(&mut log, &mut segments)?;
+        log.epoch = epoch.unwrap_or(0);
+        log.next = n;
+        drop(segments);
+        drop(log);
+        self.refresh_pages()?;
+        Ok(Refreshed {
+            changed: true,
+            restarted: true,
+            ..Refreshed::default()
+        })
+    }
+
+    /// Lists the page segments again (a read-only open's): segments that
+    /// grew get their new chunks (a reader of them sees those too), new
+    /// ones appear, deleted ones go. Returns whether anything changed.
+    fn refresh_pages(&self) -> Result<bool, Error> {
+        let commits: BTreeMap<SegmentId, Arc<Segment>> = self
+            .segments
+            .read()
+            .iter()
+            .filter(|(_, s)| s.kind == Kind::Commit)
+            .map(|(&id, s)| (id, s.clone()))
+            .collect();
+        let mut listed = commits.clone();
+        self.load_pages(&mut listed)?;
+        let mut segments = self.segments.write();
+        let mut changed = false;
+        segments.retain(|id, s| {
+            let keep = s.kind == Kind::Commit || listed.contains_key(id);
+            changed |= !keep;
+            keep
+        });
+        for (id, fresh) in listed.into_iter().filter(|(_, s)| s.kind == Kind::Page) {
+            match segments.get(&id) {
+                Some(have) if have.kind == Kind::Page => {
+                    let fresh = fresh.bytes.read();
+                    let mut b = have.bytes.write();
+                    let from = b.chunks.len();
+                    if fresh.chunks.len() > from
+                        && fresh.chunks[..from]
+                            .iter()
+                            .map(|c| c.offset)
+                            .eq(b.chunks.iter().map(|c| c.offset))
+                    {
+                        b.chunks.extend_from_slice(&fresh.chunks[from..]);
+                        changed = true;
+                    }
+                }
+                Some(_) => {}
+                None => {
+                    segments.insert(id, fresh);
+                    changed = true;
+                }
             }
         }
+        Ok(changed)
     }
 
     /// Applies log entry `n` (valid, of the current epoch) to the segments.
@@ -610,6 +810,7 @@ impl Inner {
             segment: 0,
             offset: DEAD_ZONE,
             payload_len: 0,
+            time_ms: now_ms(),
         };
         Bytes::from(format::encode_entry(&e, &[]))
     }
@@ -686,6 +887,7 @@ impl Inner {
                 segment,
                 offset,
                 payload_len: payload.len() as u64,
+                time_ms: now_ms(),
             };
             let bytes = Bytes::from(format::encode_entry(&e, payload));
             let name = format::log_name(n);
@@ -786,6 +988,7 @@ impl Inner {
             segment: seg.id,
             offset,
             payload_len: payload.len() as u64,
+            time_ms: now_ms(),
         };
         let object = Bytes::from(format::encode_entry(&e, &payload));
         b.chunks.push(Chunk {
@@ -841,11 +1044,22 @@ impl Inner {
 
     /// Retires the entries in flight whose puts have answered, oldest first,
     /// stopping at the first still waiting: an entry is durable if its put
-    /// created it and nothing before it failed.
+    /// created it and nothing before it failed. A put that failed without
+    /// saying whether it landed is settled first ([`Inner::settle_lost`]),
+    /// so that no entry in the log is reported failed: what a follower
+    /// reads is what the writer acknowledged.
     fn retire_ready(&self, log: &mut LogState) {
         while let Some(answer) = log.flight.front().and_then(|f| f.cell.take_answer()) {
             let f = log.flight.pop_front().expect("front exists");
             let name = format::log_name(f.n);
+            let answer = match (log.failed_from, answer) {
+                (None, Err(e)) => match self.settle_lost(log, f.n) {
+                    Ok(Some(true)) => Ok(Created::Ours),
+                    Ok(_) => Err(e),
+                    Err(fenced) => Err(fenced),
+                },
+                (_, answer) => answer,
+            };
             let outcome = match (log.failed_from, answer) {
                 (None, Ok(Created::Ours)) => {
                     log.present.insert(f.n, EntryKind::Data);
@@ -891,13 +1105,21 @@ impl Inner {
     }
 
     /// After an entry in flight failed: fences the log again at the first
-    /// failed number (or, where puts of this writer landed after all, at the
-    /// first number after them that holds nothing), so that every later
-    /// entry of the ones in flight falls in the new fence's dead zone. Until
-    /// that fence exists nothing more is put.
+    /// failed number, so that every later entry of the ones in flight falls
+    /// in the new fence's dead zone (done already where the failure was
+    /// settled, [`Inner::settle_lost`]). Until that fence exists nothing
+    /// more is put. If this writer's entry is found there instead (its put
+    /// landed after all, though its commit was reported failed), the log
+    /// holds a commit this writer's state lacks, which a follower may
+    /// already show: this writer stops, and the next open reads it.
     fn refence(&self, log: &mut LogState) -> Result<(), IoError> {
         debug_assert!(log.flight.is_empty(), "settled before fencing again");
         while let Some(n) = log.failed_from {
+            if log.epoch == n && log.present.get(&n) == Some(&EntryKind::Fence) {
+                // Fenced already, when the failure was settled.
+                log.failed_from = None;
+                break;
+            }
             let name = format::log_name(n);
             let bytes = self.fence_entry(n);
             match self.remote.put_create(&name, bytes.clone())? {
@@ -909,17 +1131,66 @@ impl Inner {
                     self.cache_object(&name, &bytes);
                 }
                 Created::Theirs(found) => match format::decode_entry(&found) {
-                    // Landed after all (its commit was reported failed; the
-                    // engine's next segment header cuts it off).
+                    // An earlier try of this fence.
+                    Ok(mine) if mine.writer == self.writer && mine.kind == EntryKind::Fence => {
+                        log.epoch = n;
+                        log.present.insert(n, EntryKind::Fence);
+                        log.next = n + DEAD_ZONE;
+                        log.failed_from = None;
+                    }
                     Ok(mine) if mine.writer == self.writer => {
                         log.present.insert(n, mine.kind);
-                        log.failed_from = Some(n + 1);
+                        let why = format!(
+                            "{name}, a commit this writer reported failed, was written after \
+                             all; this writer writes no more (open the store again to go on)"
+                        );
+                        tracing::error!(store = %self.remote.label, "{why}");
+                        log.fenced = Some(why.clone());
+                        return Err(other("write the log of", self.remote.label.clone(), why));
                     }
                     found => return Err(self.fenced_by(log, &name, found.ok())),
                 },
             }
         }
         Ok(())
+    }
+
+    /// The put of entry `n` failed without saying whether it landed (every
+    /// try erred or timed out; one may have landed all the same). Settled
+    /// by creating this writer's fence at `n`: once the fence exists the
+    /// entry never can, and every entry still in flight after it lies in
+    /// the fence's dead zone (`Some(false)`); if this writer's entry is
+    /// there instead, it landed (`Some(true)`) and is durable like any
+    /// other. Never guessed: while the service does not answer (`None`),
+    /// the entry's commit is reported failed and the fence is tried again
+    /// before anything more is put ([`Inner::refence`]).
+    fn settle_lost(&self, log: &mut LogState, n: u64) -> Result<Option<bool>, IoError> {
+        let name = format::log_name(n);
+        let bytes = self.fence_entry(n);
+        for round in 0..SETTLE_ROUNDS {
+            if round > 0 {
+                std::thread::sleep(SETTLE_PAUSE * (1 << (round - 1)));
+            }
+            match self.remote.put_create(&name, bytes.clone()) {
+                Ok(Created::Ours) => {
+                    log.epoch = n;
+                    log.present.insert(n, EntryKind::Fence);
+                    log.next = n + DEAD_ZONE;
+                    self.cache_object(&name, &bytes);
+                    return Ok(Some(false));
+                }
+                Ok(Created::Theirs(found)) => {
+                    return match format::decode_entry(&found) {
+                        Ok(mine) if mine.writer == self.writer && mine.kind == EntryKind::Data => {
+                            Ok(Some(true))
+                        }
+                        found => Err(self.fenced_by(log, &name, found.ok())),
+                    }
+                }
+                Err(_) => {}
+            }
+        }
+        Ok(None)
     }
 
     /// Remembers a whole object just written or read, block by block.
@@ -1193,6 +1464,21 @@ impl Storage for ObjectStorage {
 
     fn syncs_in_flight(&self) -> usize {
         MAX_IN_FLIGHT
+    }
+
+    fn retired_grace(&self) -> std::time::Duration {
+        self.inner.retired_grace
+    }
+
+    fn refresh(&self, list: bool) -> Result<Refreshed, IoError> {
+        ObjectStorage::refresh(self, list).map_err(|e| match e {
+            Error::Io(e) => e,
+            Error::Corrupt(c) => IoError::new(
+                "follow",
+                self.inner.remote.label.clone(),
+                io::Error::new(io::ErrorKind::InvalidData, c.to_string()),
+            ),
+        })
     }
 }
 

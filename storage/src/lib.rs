@@ -44,6 +44,23 @@ pub const MAX_SEGMENT_ID: SegmentId = u32::MAX as u64;
 /// (see `Storage::create_bulk_segment`).
 pub type StepHook = Arc<dyn Fn() + Send + Sync>;
 
+/// What [`Storage::refresh`] found.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Refreshed {
+    /// Anything changed: segments grew, appeared or went.
+    pub changed: bool,
+    /// The writer deleted what this reader had not read yet, so the view
+    /// was read again from the start: segments may have gone, and what a
+    /// reader derived from them must be derived again.
+    pub restarted: bool,
+    /// Wall-clock time (milliseconds since the Unix epoch) the writer
+    /// stamped on the oldest and the newest record of its log read by this
+    /// call, where it stamps them.
+    pub oldest_ms: Option<u64>,
+    /// The same for the newest record read.
+    pub newest_ms: Option<u64>,
+}
+
 /// Where durable bytes live. Every implementation must make these promises:
 ///
 /// - `create_segment` returns only when the new, empty segment's *existence* is
@@ -98,6 +115,30 @@ pub trait Storage: Send + Sync + Debug {
     /// as an object store does (each sync is a request of its own).
     fn syncs_in_flight(&self) -> usize {
         1
+    }
+    /// How long a page segment no checkpoint references any more is kept
+    /// before it is deleted: for readers in other processes (followers),
+    /// which move onto the new checkpoint's tree only once they read its
+    /// record. Zero (the default) where nobody else reads.
+    fn retired_grace(&self) -> std::time::Duration {
+        std::time::Duration::ZERO
+    }
+    /// For a read-only open of a store another process writes (a
+    /// *follower*): learns what that writer made durable since the open or
+    /// the last call, so that segments grow and appear as they did for the
+    /// writer. `list` also finds what only a listing finds (an object
+    /// store's page segments), as an open does. Backends that cannot be
+    /// followed say so (the default).
+    fn refresh(&self, list: bool) -> Result<Refreshed, IoError> {
+        let _ = list;
+        Err(IoError::new(
+            "follow",
+            String::from("this storage"),
+            std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                "only a store on an object store can be followed",
+            ),
+        ))
     }
 }
 

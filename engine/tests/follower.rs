@@ -1,0 +1,313 @@
+//! Followers (`Db::follow`, `Db::catch_up`): a read-only open beside the
+//! writer of a store on an object store (object_store's in-memory store
+//! here) sees the writer's commits, whole and in order, through segment
+//! rolls, checkpoints, a clear, the writer's deletion of log it had not
+//! read, and commits that failed among commits in flight.
+
+use kivi::{Db, Error, Options, WriteBatch};
+use kivi_object_storage::{Config, ObjectStorage};
+use object_store::memory::InMemory;
+use object_store::ObjectStore;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+type Model = BTreeMap<Vec<u8>, Vec<u8>>;
+
+fn writer_storage(store: Arc<dyn ObjectStore>) -> ObjectStorage {
+    ObjectStorage::open(store, "db", "memory://db", Config::default()).unwrap()
+}
+
+fn reader_storage(store: Arc<dyn ObjectStore>) -> ObjectStorage {
+    let config = Config {
+        read_only: true,
+        ..Config::default()
+    };
+    ObjectStorage::open(store, "db", "memory://db", config).unwrap()
+}
+
+/// Small sizes, so that a few thousand writes roll segments, take
+/// checkpoints, clean page segments and delete commit segments.
+fn small() -> Options {
+    Options {
+        segment_bytes: 128 << 10,
+        checkpoint_bytes: 96 << 10,
+        write_buffer_bytes: 128 << 10,
+        cache_bytes: 1 << 20,
+        ..Options::default()
+    }
+}
+
+fn key(i: u64) -> Vec<u8> {
+    format!("key{:06}", i * 7919 % 3_001).into_bytes()
+}
+
+/// Batch `round` of a workload of puts and deletes; applied to `model` too.
+fn batch(round: u64, model: &mut Model) -> WriteBatch {
+    let mut b = WriteBatch::new();
+    for i in round * 37..round * 37 + 30 {
+        let value = format!("v{i}-r{round}-{}", "x".repeat((i % 90) as usize));
+        b.put(key(i), value.clone()).unwrap();
+        model.insert(key(i), value.into_bytes());
+    }
+    if round % 4 == 1 {
+        for i in (round * 11..round * 11 + 10).step_by(3) {
+            b.delete(key(i)).unwrap();
+            model.remove(&key(i));
+        }
+    }
+    b
+}
+
+fn contents(db: &Db) -> Model {
+    db.range::<&[u8], _>(..).map(|r| r.unwrap()).collect()
+}
+
+fn assert_same(follower: &Db, model: &Model, what: &str) {
+    let got = contents(follower);
+    if got != *model {
+        let missing = model.keys().filter(|k| !got.contains_key(*k)).count();
+        let extra = got.keys().filter(|k| !model.contains_key(*k)).count();
+        let wrong = model
+            .iter()
+            .filter(|(k, v)| got.get(*k).is_some_and(|g| g != *v))
+            .count();
+        panic!(
+            "{what}: the follower differs from the writer ({} pairs vs {}; {missing} missing, \
+             {extra} extra, {wrong} with another value)",
+            got.len(),
+            model.len()
+        );
+    }
+    for (k, v) in model.iter().step_by(17) {
+        assert_eq!(follower.get(k).unwrap().as_ref(), Some(v), "{what}");
+    }
+}
+
+#[test]
+fn a_follower_catching_up_sees_every_commit_through_rolls_checkpoints_and_a_clear() {
+    let memory: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let writer = Db::open_with_storage(Arc::new(writer_storage(memory.clone())), small()).unwrap();
+    writer.put(b"first", b"1").unwrap();
+    let follower = Db::open_with_storage(
+        Arc::new(reader_storage(memory.clone())),
+        Options {
+            read_only: true,
+            ..small()
+        },
+    )
+    .unwrap();
+    let mut model = Model::new();
+    model.insert(b"first".to_vec(), b"1".to_vec());
+    assert_same(&follower, &model, "at open");
+    let mut seen_seq = follower.stats().unwrap().seq;
+    for round in 0..300u64 {
+        writer.write(batch(round, &mut model)).unwrap();
+        if round == 120 {
+            writer.clear().unwrap();
+            model.clear();
+        }
+        if round % 50 == 25 {
+            writer.checkpoint().unwrap();
+        }
+        if round % 7 == 3 {
+            let seq = follower.catch_up().unwrap();
+            assert_eq!(seq, writer.stats().unwrap().seq, "round {round}");
+            assert!(
+                seq > seen_seq,
+                "round {round}: went from {seen_seq} to {seq}"
+            );
+            seen_seq = seq;
+            assert_same(&follower, &model, &format!("round {round}"));
+        }
+    }
+    follower.catch_up().unwrap();
+    assert_same(&follower, &model, "at the end");
+    let status = follower.follower_status().unwrap();
+    assert!(status.reloads > 0, "no checkpoint was followed: {status:?}");
+    assert_eq!(status.applied_seq, writer.stats().unwrap().seq);
+    assert!(writer.stats().unwrap().checkpoints > 3);
+    // Writes fail on a follower; its reads go on.
+    assert!(matches!(follower.put(b"k", b"v"), Err(Error::ReadOnly)));
+    assert!(writer.catch_up().is_err(), "a writer is never behind");
+    writer.close().unwrap();
+    follower.close().unwrap();
+}
+
+#[test]
+fn a_follower_far_behind_reads_the_store_again_when_its_log_was_deleted() {
+    let memory: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let writer = Db::open_with_storage(Arc::new(writer_storage(memory.clone())), small()).unwrap();
+    let mut model = Model::new();
+    writer.write(batch(0, &mut model)).unwrap();
+    let follower = Db::open_with_storage(
+        Arc::new(reader_storage(memory.clone())),
+        Options {
+            read_only: true,
+            ..small()
+        },
+    )
+    .unwrap();
+    let before = follower.follower_status().unwrap();
+    // Many checkpoints later, the commit segments the follower stood in
+    // and the log entries after its place are gone.
+    for round in 1..400u64 {
+        writer.write(batch(round, &mut model)).unwrap();
+        if round % 40 == 0 {
+            writer.checkpoint().unwrap();
+        }
+    }
+    let seq = follower.catch_up().unwrap();
+    assert_eq!(seq, writer.stats().unwrap().seq);
+    assert_same(&follower, &model, "after catching up");
+    let after = follower.follower_status().unwrap();
+    assert!(after.reloads > before.reloads, "{after:?}");
+    writer.close().unwrap();
+    follower.close().unwrap();
+}
+
+#[test]
+fn a_following_thread_shows_writes_soon_and_says_how_far_behind_it_is() {
+    let memory: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let writer = Db::open_with_storage(Arc::new(writer_storage(memory.clone())), small()).unwrap();
+    writer.put(b"a", b"0").unwrap();
+    let opts = Options {
+        follow_interval: Duration::from_millis(5),
+        ..small()
+    };
+    let follower = Db::follow_with_storage(Arc::new(reader_storage(memory.clone())), opts).unwrap();
+    let mut model = Model::new();
+    model.insert(b"a".to_vec(), b"0".to_vec());
+    for round in 0..200u64 {
+        writer.write(batch(round, &mut model)).unwrap();
+        if round % 60 == 30 {
+            writer.checkpoint().unwrap();
+        }
+    }
+    writer.put(b"last", b"here").unwrap();
+    model.insert(b"last".to_vec(), b"here".to_vec());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut last_seq = 0;
+    while follower.get(b"last").unwrap().is_none() {
+        // Never back in time while it catches up.
+        let seq = follower.stats().unwrap().seq;
+        assert!(seq >= last_seq, "{last_seq} then {seq}");
+        last_seq = seq;
+        assert!(
+            Instant::now() < deadline,
+            "the follower never showed the last write"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_same(&follower, &model, "once the last write shows");
+    let status = follower.follower_status().unwrap();
+    assert_eq!(status.applied_seq, writer.stats().unwrap().seq);
+    assert!(status.polls_with_commits > 0 && status.polls >= status.polls_with_commits);
+    assert!(status.last_error.is_none(), "{status:?}");
+    assert!(status.last_contact_ms < 5_000, "{status:?}");
+    // A directory cannot be followed.
+    let dir = tempfile::tempdir().unwrap();
+    Db::open(dir.path(), Options::default())
+        .unwrap()
+        .close()
+        .unwrap();
+    let err = Db::follow(dir.path(), Options::default()).unwrap_err();
+    assert!(err.to_string().contains("object store"), "{err}");
+    follower.close().unwrap();
+    writer.close().unwrap();
+}
+
+/// Commits in flight with puts failing among them (before landing, after
+/// landing with the answer lost, and a stretch of refusals): the follower
+/// shows exactly the acknowledged writes each time it catches up, never a
+/// failed one, even when the failed one's put landed.
+#[test]
+fn a_follower_never_shows_a_commit_the_writer_reported_failed() {
+    use kivi_object_storage::faults::{Fault, FaultyStore, Op};
+    use rand::rngs::StdRng;
+    use rand::{RngExt, SeedableRng};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Mutex;
+
+    let memory = Arc::new(InMemory::new());
+    let down = Arc::new(AtomicBool::new(false));
+    let plan_down = down.clone();
+    let mut rng = StdRng::seed_from_u64(7);
+    // Puts that landed and failed, whose reading back fails too (the next
+    // 6 times): the writer's own tries of the put cannot learn that they
+    // landed.
+    let mut answer_lost = std::collections::HashMap::<String, u32>::new();
+    let faulty = Arc::new(FaultyStore::new(memory.clone(), move |op, path| {
+        let log_put = op == Op::Put && path.contains("/log/");
+        if log_put && plan_down.load(Ordering::Relaxed) {
+            return Fault::FailBefore;
+        }
+        if op == Op::Get {
+            if let Some(left) = answer_lost.get_mut(path).filter(|left| **left > 0) {
+                *left -= 1;
+                return Fault::FailBefore;
+            }
+        }
+        match (log_put, rng.random_range(0..100)) {
+            (true, 0..6) => {
+                answer_lost.insert(path.to_string(), 6);
+                Fault::LandThenFail
+            }
+            (true, 6..12) => Fault::FailBefore,
+            (true, 12..30) => Fault::Slow(Duration::from_millis(3)),
+            _ => Fault::None,
+        }
+    }));
+    let writer = Db::open_with_storage(Arc::new(writer_storage(faulty)), small()).unwrap();
+    assert!(writer.commits_in_flight() > 1);
+    let follower = Db::open_with_storage(
+        Arc::new(reader_storage(memory.clone())),
+        Options {
+            read_only: true,
+            ..small()
+        },
+    )
+    .unwrap();
+    let model = Arc::new(Mutex::new(Model::new()));
+    let mut failures = 0;
+    for round in 0..40u64 {
+        down.store(round % 13 == 12, Ordering::Relaxed);
+        // Eight writers at once, so that their commits overlap.
+        let outcomes: Vec<(u64, Result<(), Error>)> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..8u64)
+                .map(|t| {
+                    let writer = writer.clone();
+                    s.spawn(move || {
+                        let mut b = WriteBatch::new();
+                        for j in 0..5u64 {
+                            b.put(format!("t{t}-{j}"), format!("round {round}"))
+                                .unwrap();
+                        }
+                        (t, writer.write(b).map(|_| ()))
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        down.store(false, Ordering::Relaxed);
+        let mut m = model.lock().unwrap();
+        for (t, outcome) in outcomes {
+            match outcome {
+                Ok(()) => {
+                    for j in 0..5u64 {
+                        m.insert(
+                            format!("t{t}-{j}").into_bytes(),
+                            format!("round {round}").into_bytes(),
+                        );
+                    }
+                }
+                Err(_) => failures += 1,
+            }
+        }
+        follower.catch_up().unwrap();
+        assert_same(&follower, &m, &format!("round {round}"));
+    }
+    assert!(failures > 0, "no write failed");
+    writer.close().unwrap();
+    follower.close().unwrap();
+}
