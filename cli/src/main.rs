@@ -491,6 +491,16 @@ impl Store {
         Ok(Db::open(&self.dir, opts)?)
     }
 
+    /// A follower of the store (an object store's URL) that another
+    /// process writes: read-only, kept up with that writer's commits.
+    pub fn open_follower(&self) -> Result<Db> {
+        let opts = Options {
+            create_if_missing: false,
+            ..self.base_options()
+        };
+        Ok(Db::follow(&self.dir, opts)?)
+    }
+
     /// For writing commands: creates the store if the directory holds none.
     pub fn open_writable(&self) -> Result<Db> {
         let opts = Options {

@@ -72,6 +72,10 @@ pub struct ServeFlags {
     /// machines reach
     #[arg(long)]
     pub metrics_allow_remote: bool,
+    /// Serve, read-only, the store at URL (s3://bucket/prefix) that another kivi writes,
+    /// following its commits as they appear; writes are refused with READONLY. Instead of -d
+    #[arg(long, value_name = "URL")]
+    pub follow: Option<String>,
 }
 
 /// Where `kivi serve` listens and how: the flags over the config file
@@ -141,9 +145,20 @@ pub fn run(global: &Global, flags: &ServeFlags) -> Result<()> {
     if let Some(path) = &flags.config {
         file.warn_if_others_can_read(path);
     }
-    // The store: -d and --no-fsync on the command line win over the file.
+    // The store: -d and --no-fsync on the command line win over the file;
+    // --follow names the store instead.
+    if flags.follow.is_some() && global.data_dir.is_some() {
+        return Err(CliError::Input(
+            "--follow URL names the store to serve: give it without -d".into(),
+        ));
+    }
     let store = Store::with(
-        global.data_dir.clone().or(file.data_dir.clone()),
+        flags
+            .follow
+            .as_ref()
+            .map(PathBuf::from)
+            .or(global.data_dir.clone())
+            .or(file.data_dir.clone()),
         global.hex,
         global.no_fsync || file.no_fsync.unwrap_or(false),
     )
@@ -212,7 +227,10 @@ pub fn run(global: &Global, flags: &ServeFlags) -> Result<()> {
     kivi_server::protected_mode(&config).map_err(|e| CliError::Input(e.to_string()))?;
     raise_open_file_limit(a.max_connections);
     disable_transparent_huge_pages();
-    let db = store.open_writable()?;
+    let db = match &flags.follow {
+        Some(_) => store.open_follower()?,
+        None => store.open_writable()?,
+    };
     let dir = store.shown_dir();
     kivi_server::run(db, config, |bound| {
         // One line per listener on standard output (scripts and tests read

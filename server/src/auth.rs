@@ -320,6 +320,7 @@ const READ_ONLY: &[&str] = &[
     "WATCH",
     "UNWATCH",
     "ACL",
+    "ROLE",
 ];
 
 /// Whether `args` may run for a read-only user: a command of `READ_ONLY`,
@@ -334,17 +335,33 @@ pub fn is_read_only(args: crate::resp::parser::Args<'_>) -> bool {
         .any(|c| name.eq_ignore_ascii_case(c.as_bytes()))
 }
 
+/// Whether `args` would change what is stored: refused on a follower.
+/// Commands that change only the server's settings (CONFIG SET) or its
+/// script cache (SCRIPT LOAD) run there as on a Redis replica.
+pub fn writes_data(args: crate::resp::parser::Args<'_>) -> bool {
+    let name = &args[0];
+    !is_read_only(args)
+        && !["CONFIG", "SCRIPT"]
+            .iter()
+            .any(|c| name.eq_ignore_ascii_case(c.as_bytes()))
+}
+
 /// The refusal for running `args` as `identity` (`None`: not
-/// authenticated), if it may not: NOAUTH before AUTH, NOPERM for a
-/// read-only user's write.
+/// authenticated), if it may not: NOAUTH before AUTH, READONLY for a
+/// write on a `follower`, NOPERM for a read-only user's write.
 pub fn refusal(
     identity: Option<&Identity>,
     args: crate::resp::parser::Args<'_>,
+    follower: bool,
 ) -> Option<crate::resp::reply::Reply> {
     use crate::resp::reply::Reply;
     match identity {
         None if allowed_before_auth(&args[0]) => None,
         None => Some(Reply::coded("NOAUTH", "Authentication required.")),
+        Some(_) if follower && writes_data(args) => Some(Reply::coded(
+            "READONLY",
+            "You can't write against a read only replica.",
+        )),
         Some(id) if id.role == Role::ReadOnly && !is_read_only(args) => Some(Reply::coded(
             "NOPERM",
             format!(

@@ -173,10 +173,7 @@ pub fn render(shared: &Shared, sections: &[Vec<u8>]) -> String {
         }
     }
     section("Stats", server_stats);
-    section(
-        "Replication",
-        vec![("role", "master".into()), ("connected_slaves", "0".into())],
-    );
+    section("Replication", replication(shared, st));
     let (user, system) = cpu_seconds();
     section(
         "CPU",
@@ -267,6 +264,51 @@ fn cpu_seconds() -> (f64, f64) {
     }
     let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     (secs(ru.ru_utime), secs(ru.ru_stime))
+}
+
+/// INFO's Replication section: a writer is Redis's master (its followers
+/// read the object store, not a connection to it, so it counts none); a
+/// follower (`kivi serve --follow`) is a replica whose offset is the last
+/// commit it shows, with how far behind the writer it was at its last
+/// poll (docs in ARCHITECTURE.md, "Followers").
+fn replication(shared: &Shared, st: Option<&kivi::Stats>) -> Vec<(&'static str, String)> {
+    let seq = st.map_or(0, |st| st.seq);
+    let Some(f) = shared.db.follower_status() else {
+        return vec![
+            ("role", "master".into()),
+            ("connected_slaves", "0".into()),
+            ("master_repl_offset", seq.to_string()),
+        ];
+    };
+    // Up while polls reach the writer's log.
+    let up = f.last_error.is_none() && f.last_contact_ms < 5_000;
+    vec![
+        ("role", "slave".into()),
+        ("master_host", String::new()),
+        ("master_port", "0".into()),
+        ("master_link_status", if up { "up" } else { "down" }.into()),
+        (
+            "master_last_io_seconds_ago",
+            (f.last_contact_ms / 1000).to_string(),
+        ),
+        ("master_sync_in_progress", "0".into()),
+        ("slave_repl_offset", f.applied_seq.to_string()),
+        ("slave_read_only", "1".into()),
+        ("connected_slaves", "0".into()),
+        ("master_repl_offset", f.applied_seq.to_string()),
+        ("kivi_follower_lag_commits", f.lag_commits.to_string()),
+        ("kivi_follower_lag_ms", f.lag_ms.to_string()),
+        ("kivi_follower_polls", f.polls.to_string()),
+        (
+            "kivi_follower_polls_with_commits",
+            f.polls_with_commits.to_string(),
+        ),
+        ("kivi_follower_reloads", f.reloads.to_string()),
+        (
+            "kivi_follower_last_error",
+            f.last_error.unwrap_or_default().replace(['\r', '\n'], " "),
+        ),
+    ]
 }
 
 #[cfg(test)]

@@ -136,6 +136,9 @@ pub struct Shared {
     pub tls_port: u16,
     pub tls: Option<Arc<tls::Tls>>,
     pub durability: Durability,
+    /// The store is a follower of a writer elsewhere (`kivi serve
+    /// --follow`): commands that write are refused with READONLY.
+    pub follower: bool,
     pub allocator: Option<Allocator>,
     pub users: Arc<Users>,
     /// The connection limit and the timeouts, which CONFIG SET may change.
@@ -305,6 +308,7 @@ async fn serve(
         .find(|(p, _)| *p == "kvlds")
         .map(|(_, a)| a.clone());
     let (stop_tx, stop_rx) = watch::channel(false);
+    let follower = db.follower_status().is_some();
     let shared = Arc::new(Shared {
         db,
         committer,
@@ -322,6 +326,7 @@ async fn serve(
         tls_port,
         tls: config.tls.as_ref().map(|(_, t)| t.clone()),
         durability: config.durability,
+        follower,
         allocator: config.allocator,
         users: config.users.clone(),
         live: LiveSettings::new(

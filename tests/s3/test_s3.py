@@ -30,12 +30,14 @@ def fresh_url():
 
 
 class Server:
-    """`kivi serve` on an object store; each has a local cache of its own
-    (a temporary directory), so a restart starts with an empty cache."""
+    """`kivi serve` on an object store (`follow`: a follower of it); each
+    has a local cache of its own (a temporary directory), so a restart
+    starts with an empty cache."""
 
-    def __init__(self, url):
+    def __init__(self, url, follow=False):
+        store = ["serve", "--follow", url] if follow else ["-d", url, "serve"]
         self.proc = subprocess.Popen(
-            [KIVI, "-d", url, "serve", "--resp", "127.0.0.1:0"],
+            [KIVI, *store, "--resp", "127.0.0.1:0"],
             stdout=subprocess.PIPE,
             text=True,
         )

@@ -133,6 +133,7 @@ pub const COMMANDS: &[(&str, Arity)] = &[
     ("CONFIG", Arity::AtLeast(2)),
     ("SELECT", Arity::Exactly(2)),
     ("QUIT", Arity::Exactly(1)),
+    ("ROLE", Arity::Exactly(1)),
     // Transactions (transaction.rs).
     ("MULTI", Arity::Exactly(1)),
     ("EXEC", Arity::Exactly(1)),
@@ -537,6 +538,7 @@ pub async fn execute(shared: &Shared, s: &mut Session, args: Vec<Vec<u8>>) -> Re
         "CLIENT" => client(s, &args),
         "COMMAND" => Ok(command(s, &args)),
         "CONFIG" => super::config::config(shared, &args),
+        "ROLE" => Ok(role(shared)),
         "SELECT" => match parse_i64(&args[1]) {
             Some(0) => Ok(Reply::ok()),
             Some(_) => Err(Reply::err("DB index is out of range")),
@@ -964,6 +966,37 @@ fn client(s: &mut Session, args: &[Vec<u8>]) -> Result<Reply, Reply> {
 
 /// COMMAND, COMMAND DOCS, COMMAND COUNT: kivi gives no command table (an
 /// empty one is valid: clients then use their built-in knowledge).
+/// ROLE, as Redis answers it: a writer is a master with no replicas
+/// connected (followers read the object store); a follower is a replica,
+/// connected while its polls reach the writer's log, whose offset is the
+/// last commit it shows. Where the writer is, a follower does not know yet.
+fn role(shared: &Shared) -> Reply {
+    match shared.db.follower_status() {
+        None => {
+            let seq = shared.db.stats().map_or(0, |st| st.seq);
+            Reply::Array(vec![
+                Reply::bulk(b"master".to_vec()),
+                Reply::Int(seq as i64),
+                Reply::Array(Vec::new()),
+            ])
+        }
+        Some(f) => {
+            let up = f.last_error.is_none() && f.last_contact_ms < 5_000;
+            Reply::Array(vec![
+                Reply::bulk(b"slave".to_vec()),
+                Reply::bulk(Vec::new()),
+                Reply::Int(0),
+                Reply::bulk(if up {
+                    b"connected".to_vec()
+                } else {
+                    b"connect".to_vec()
+                }),
+                Reply::Int(f.applied_seq as i64),
+            ])
+        }
+    }
+}
+
 fn command(s: &Session, args: &[Vec<u8>]) -> Reply {
     match args.get(1).map(|a| upper(a)) {
         Some(sub) if sub == "COUNT" => Reply::Int(0),
@@ -994,6 +1027,7 @@ mod tests {
             "PING" => n == 1 || n == 2,
             "ECHO" | "GET" | "STRLEN" | "GETDEL" | "INCR" | "DECR" | "SELECT" | "TYPE" | "KEYS"
             | "TTL" | "PTTL" | "EXPIRETIME" | "PEXPIRETIME" | "PERSIST" => n == 2,
+            "ROLE" => n == 1,
             "SETEX" | "PSETEX" => n == 4,
             "GETEX" | "SCRIPT" => n >= 2,
             "EVAL" | "EVALSHA" => n >= 3,
