@@ -48,6 +48,7 @@ mod config_file;
 mod error;
 mod load;
 mod progress;
+mod promote;
 mod serve;
 mod stats;
 mod table;
@@ -211,6 +212,18 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Make a follower (kivi serve --follow URL) its store's writer: REPLICAOF NO ONE
+    #[command(
+        long_about = "Ask the follower whose RESP listener is at ADDR (kivi serve --follow URL) \
+        to take over as its store's writer, as Redis tools do with REPLICAOF NO ONE. The \
+        follower reads the writer's log to its end and fences it: the writer there was, \
+        alive or not, can make nothing more durable (its next commit fails and it writes \
+        no more). Every write it acknowledged is kept. Exits 0 once the follower accepts \
+        writes.",
+        after_help = "Examples:\n  kivi serve --follow s3://bucket/store --resp 127.0.0.1:6381\n  \
+        kivi promote 127.0.0.1:6381\n  kivi promote 10.0.0.7:6380 -a s3cret"
+    )]
+    Promote(promote::PromoteArgs),
     /// Serve the store to many clients over TCP or Unix sockets: RESP (Redis clients) and kivaloo's kvlds protocol
     #[command(
         long_about = "Serve the store to many clients at once over TCP or Unix sockets, in RESP \
@@ -386,6 +399,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Compact => commands::compact(&store),
         Command::Stats { json } => stats::run(&store, *json),
         Command::Serve(flags) => serve::run(g, flags),
+        Command::Promote(args) => promote::run(args),
         Command::Table(args) => table::run(&store, args),
         #[cfg(feature = "bench")]
         Command::Bench(_) => unreachable!("handled above"),

@@ -92,7 +92,8 @@ impl Db {
     pub fn check(&self) -> Result<CheckReport> {
         let inner = self.store();
         // Hold the checkpointer so the page log does not move underneath.
-        let _ckpt = self.checkpointer().pause();
+        let checkpointer = self.checkpointer();
+        let _ckpt = checkpointer.pause();
         let mut report = CheckReport::default();
         let storage = inner.storage();
         let headers = read_headers(storage.as_ref(), inner.store_id(), &mut report)?;
@@ -101,7 +102,7 @@ impl Db {
         if let Some(c) = newest {
             check_checkpoint_tree(inner.pager(), c, &mut report);
         }
-        check_current_version(inner, newest, &mut report);
+        check_current_version(&inner, newest, &mut report);
         Ok(report)
     }
 }

@@ -22,6 +22,7 @@ use crate::pipeline::{Reply, Request, WriteOutcome};
 use crate::recovery::recover;
 use crate::store::{OpenReport, Store};
 use crate::write_buffer::Stored;
+use arc_swap::{ArcSwap, Guard};
 use kivi_log::SegmentIds;
 use kivi_storage::{LocalDir, Storage};
 use kivi_tree::{get_each, Pager, TreeConfig};
@@ -53,20 +54,42 @@ pub struct Db {
     handle: Arc<Handle>,
 }
 
+/// What the clones of a `Db` share: the store's owners, replaced whole
+/// when a follower takes over as the writer (`Db::promote`), and what
+/// stays the same across that.
 struct Handle {
-    inner: Arc<Inner>,
+    inner: ArcSwap<Inner>,
+    /// Where the store lives, as given when it was opened.
+    path: String,
+    clock: Clock,
+    /// One promotion at a time.
+    promoting: parking_lot::Mutex<()>,
 }
 
 impl Drop for Handle {
     fn drop(&mut self) {
-        let _ = self.inner.shutdown();
+        let _ = self.inner.load().shutdown();
+    }
+}
+
+/// A part of the current `Inner`, held through its guard (cheap: no
+/// reference count is touched while the current one stays).
+pub(crate) struct Part<T: 'static> {
+    guard: Guard<Arc<Inner>>,
+    get: fn(&Inner) -> &T,
+}
+
+impl<T> std::ops::Deref for Part<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        (self.get)(&self.guard)
     }
 }
 
 impl std::fmt::Debug for Db {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Db")
-            .field("path", &self.inner().store.path())
+            .field("path", &self.handle.path)
             .finish()
     }
 }
@@ -220,6 +243,25 @@ impl Db {
         opts: Options,
         is_empty: &dyn Fn() -> Result<bool>,
     ) -> Result<Db> {
+        let clock = opts.clock.clone();
+        let inner = Self::build(storage, path.clone(), opts, is_empty)?;
+        Ok(Db {
+            handle: Arc::new(Handle {
+                inner: ArcSwap::new(inner),
+                path,
+                clock,
+                promoting: parking_lot::Mutex::new(()),
+            }),
+        })
+    }
+
+    /// The store's owners, recovered from `storage`.
+    fn build(
+        storage: Arc<dyn Storage>,
+        path: String,
+        opts: Options,
+        is_empty: &dyn Fn() -> Result<bool>,
+    ) -> Result<Arc<Inner>> {
         let store_id = identity::load_or_create(
             storage.as_ref(),
             &path,
@@ -300,9 +342,7 @@ impl Db {
                 background::run(&me.store, &me.commit, &me.checkpointer, &me.backpressure)
             });
         }
-        Ok(Db {
-            handle: Arc::new(Handle { inner }),
-        })
+        Ok(inner)
     }
 
     /// Opens, read-only, the store at `path` (an object store's URL, as
@@ -373,36 +413,96 @@ impl Db {
         }
     }
 
+    /// Makes this read-only open of a store on an object store (a
+    /// follower, [`Db::follow`]) the store's writer: a *takeover*. Reads
+    /// the writer's log to its end, fences it there, so that the writer
+    /// there was (alive, paused or gone) can make nothing more durable
+    /// (its next commit fails and it writes no more), and from then on
+    /// this `Db` and all its clones accept writes, as an open for writing
+    /// with the same options would. Every commit the old writer
+    /// acknowledged is here. The local caches stay: the state is recovered
+    /// from the object cache, not fetched again. Snapshots and iterators
+    /// made before go on reading what they read.
+    ///
+    /// Fails with [`Error::NotAFollower`] on a store opened for writing;
+    /// if it fails otherwise, the store goes on following (whether the
+    /// fence was made or not: a fenced writer stops writing either way).
+    pub fn promote(&self) -> Result<()> {
+        let _one = self.handle.promoting.lock();
+        let old = self.handle.inner.load_full();
+        let Some(follower) = old.follower.clone() else {
+            return Err(Error::NotAFollower);
+        };
+        let interval = old.store.opts().follow_interval;
+        follower.stop();
+        let storage = old.store.storage().clone();
+        let opts = Options {
+            read_only: false,
+            create_if_missing: false,
+            ..old.store.opts().clone()
+        };
+        let built = storage.take_over().map_err(Error::from).and_then(|()| {
+            let probe = storage.clone();
+            let is_empty = move || -> Result<bool> { Ok(probe.list_segments()?.is_empty()) };
+            Self::build(storage.clone(), self.handle.path.clone(), opts, &is_empty)
+        });
+        match built {
+            Ok(inner) => {
+                self.handle.inner.store(inner);
+                tracing::info!(store = %self.handle.path, "took over as the writer");
+                Ok(())
+            }
+            Err(e) => {
+                follower.restart(
+                    Arc::downgrade(&old.store),
+                    Arc::downgrade(&follower),
+                    interval,
+                );
+                Err(e)
+            }
+        }
+    }
+
     /// How a store opened read-only stands against its writer (`None` for
     /// a store opened for writing).
     pub fn follower_status(&self) -> Option<FollowerStatus> {
         self.inner().follower.as_ref().map(|f| f.status())
     }
 
-    fn inner(&self) -> &Inner {
-        &self.handle.inner
+    fn inner(&self) -> Guard<Arc<Inner>> {
+        self.handle.inner.load()
     }
 
     /// What every part shares (for `stats` and `check`).
-    pub(crate) fn store(&self) -> &Store {
-        &self.handle.inner.store
+    pub(crate) fn store(&self) -> Part<Store> {
+        Part {
+            guard: self.inner(),
+            get: |i| &i.store,
+        }
     }
 
     /// The commit path (for `stats`).
-    pub(crate) fn commit_path(&self) -> &CommitPath {
-        &self.handle.inner.commit
+    pub(crate) fn commit_path(&self) -> Part<CommitPath> {
+        Part {
+            guard: self.inner(),
+            get: |i| &i.commit,
+        }
     }
 
     /// The checkpointer (for `stats` and `check`).
-    pub(crate) fn checkpointer(&self) -> &Checkpointer {
-        &self.handle.inner.checkpointer
+    pub(crate) fn checkpointer(&self) -> Part<Checkpointer> {
+        Part {
+            guard: self.inner(),
+            get: |i| &i.checkpointer,
+        }
     }
 
     /// How long the store's fdatasyncs took since open, in nanoseconds, by
     /// log: the commit log's (one per durable group commit) and the page
     /// log's (one per checkpoint). Cheap: no segment is looked at.
     pub fn sync_times(&self) -> SyncTimesSnapshot {
-        let s = &self.handle.inner.syncs;
+        let inner = self.inner();
+        let s = &inner.syncs;
         SyncTimesSnapshot {
             commit_log: s.commit_log.snapshot(),
             page_log: s.page_log.snapshot(),
@@ -454,7 +554,7 @@ impl Db {
 
     /// The clock this store decides expiry by ([`Options::clock`]).
     pub fn clock(&self) -> &Clock {
-        &self.store().opts().clock
+        &self.handle.clock
     }
 
     /// Reads the values under `keys`, all as of one moment, calling
@@ -814,7 +914,7 @@ impl Db {
 
     /// Where the store lives, as given when it was opened.
     pub fn path(&self) -> &str {
-        self.store().path()
+        &self.handle.path
     }
 
     /// Drops every cached page (for measuring cold reads).
@@ -842,7 +942,7 @@ impl Inner {
         let result = self.background.stop(&self.backpressure);
         if let Some(f) = &self.follower {
             self.store.mark_closed();
-            f.join();
+            f.stop();
         }
         let mut result = match result {
             Some(Err(e)) => Err(e),

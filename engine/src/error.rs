@@ -55,6 +55,10 @@ pub enum Error {
     /// [`Options::read_only`]: crate::Options::read_only
     #[error("the store is open read-only")]
     ReadOnly,
+    /// [`Db::promote`](crate::Db::promote) of a store opened for writing,
+    /// which is the writer already.
+    #[error("the store is open for writing already: only a follower takes over")]
+    NotAFollower,
     /// An operation on a store that [`Db::close`](crate::Db::close) closed,
     /// through another clone of the handle.
     #[error("the store is closed")]
@@ -120,6 +124,7 @@ impl Error {
                 reason: reason.clone(),
             },
             Error::ReadOnly => Error::ReadOnly,
+            Error::NotAFollower => Error::NotAFollower,
             Error::Closed => Error::Closed,
             Error::InvalidOption(s) => Error::InvalidOption(s.clone()),
             Error::InvalidBatch(s) => Error::InvalidBatch(s),

@@ -61,6 +61,8 @@ pub(crate) struct Follower {
     tail: Mutex<Tail>,
     status: Mutex<Status>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Polling stops (the store closes, or takes over as the writer).
+    stopped: std::sync::atomic::AtomicBool,
 }
 
 struct Status {
@@ -118,6 +120,7 @@ impl Follower {
                 last_contact: Instant::now(),
             }),
             thread: Mutex::new(None),
+            stopped: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -415,7 +418,7 @@ impl Follower {
                     let (Some(store), Some(me)) = (store.upgrade(), me.upgrade()) else {
                         return;
                     };
-                    if store.is_closed() {
+                    if store.is_closed() || me.stopped.load(std::sync::atomic::Ordering::Acquire) {
                         return;
                     }
                     match me.poll(&store) {
@@ -438,11 +441,21 @@ impl Follower {
         *self.thread.lock() = Some(handle);
     }
 
-    /// Waits for the polling thread to end (the store is closed).
-    pub fn join(&self) {
+    /// Stops the polling thread and waits for it to end.
+    pub fn stop(&self) {
+        self.stopped
+            .store(true, std::sync::atomic::Ordering::Release);
         if let Some(h) = self.thread.lock().take() {
             let _ = h.join();
         }
+    }
+
+    /// Polls no more from now on, as `stop`, but lets a later `start`
+    /// begin again (a takeover that failed).
+    pub fn restart(&self, store: Weak<Store>, me: Weak<Follower>, interval: Duration) {
+        self.stopped
+            .store(false, std::sync::atomic::Ordering::Release);
+        self.start(store, me, interval);
     }
 }
 

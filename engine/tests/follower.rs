@@ -311,3 +311,102 @@ fn a_follower_never_shows_a_commit_the_writer_reported_failed() {
     writer.close().unwrap();
     follower.close().unwrap();
 }
+
+/// A takeover while the old writer is busy: writers keep committing (with
+/// commits in flight) while a follower promotes itself; every write the old
+/// writer acknowledged is in the new writer's store, the old writer
+/// acknowledges nothing after the takeover, and the new writer's own
+/// writes are durable.
+#[test]
+fn a_follower_takes_over_with_every_acknowledged_write_and_the_old_writer_stops() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Mutex;
+
+    let memory: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let old = Db::open_with_storage(Arc::new(writer_storage(memory.clone())), small()).unwrap();
+    old.put(b"start", b"1").unwrap();
+    let follower = Db::follow_with_storage(
+        Arc::new(reader_storage(memory.clone())),
+        Options {
+            follow_interval: Duration::from_millis(2),
+            ..small()
+        },
+    )
+    .unwrap();
+    let acked = Mutex::new(Vec::<Vec<u8>>::new());
+    let promoted = AtomicBool::new(false);
+    let after_promotion = Mutex::new(Vec::<Vec<u8>>::new());
+    std::thread::scope(|s| {
+        for t in 0..6u32 {
+            let (old, acked, promoted, after) = (old.clone(), &acked, &promoted, &after_promotion);
+            s.spawn(move || {
+                let mut tries_after = 0;
+                for i in 0u32.. {
+                    let key = format!("w{t}-{i:05}").into_bytes();
+                    let promoted_before = promoted.load(Ordering::SeqCst);
+                    if promoted_before {
+                        // Fenced, it fails at once; a few tries show it.
+                        tries_after += 1;
+                        if tries_after > 20 {
+                            return;
+                        }
+                    }
+                    match old.put(&key, b"x") {
+                        Ok(()) if promoted_before => after.lock().unwrap().push(key),
+                        Ok(()) => acked.lock().unwrap().push(key),
+                        // Fenced: it writes no more.
+                        Err(_) => return,
+                    }
+                }
+            });
+        }
+        std::thread::sleep(Duration::from_millis(150));
+        follower.promote().unwrap();
+        promoted.store(true, Ordering::SeqCst);
+    });
+    let acked = acked.into_inner().unwrap();
+    assert!(
+        acked.len() > 50,
+        "only {} writes before the takeover",
+        acked.len()
+    );
+    assert!(
+        after_promotion.lock().unwrap().is_empty(),
+        "the old writer acknowledged {} writes after the takeover",
+        after_promotion.lock().unwrap().len()
+    );
+    for k in &acked {
+        assert_eq!(
+            follower.get(k).unwrap().as_deref(),
+            Some(&b"x"[..]),
+            "{} lost in the takeover",
+            String::from_utf8_lossy(k)
+        );
+    }
+    assert!(
+        old.put(b"late", b"no").is_err(),
+        "the old writer still writes"
+    );
+    // The new writer writes, and is no follower.
+    follower.put(b"new", b"writer").unwrap();
+    assert!(follower.follower_status().is_none());
+    assert!(matches!(follower.promote(), Err(Error::NotAFollower)));
+    follower.checkpoint().unwrap();
+    let report = follower.check().unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    follower.close().unwrap();
+    drop(old);
+    // A fresh reader finds everything.
+    let again = Db::open_with_storage(
+        Arc::new(reader_storage(memory)),
+        Options {
+            read_only: true,
+            ..small()
+        },
+    )
+    .unwrap();
+    assert_eq!(again.get(b"new").unwrap().as_deref(), Some(&b"writer"[..]));
+    for k in acked.iter().step_by(7) {
+        assert!(again.get(k).unwrap().is_some());
+    }
+}

@@ -64,6 +64,12 @@ const IDENTITY: &str = "KIVI";
 /// Log entries fetched at once while a store opens.
 const READ_AHEAD: usize = 32;
 
+/// Numbers a new writer puts its fence at, at once (see `Inner::fence`):
+/// more than a busy writer it displaces adds in a round trip, and within
+/// the dead zone, where the ones after the fence must lie.
+const FENCE_WINDOW: u64 = 32;
+const _: () = assert!(FENCE_WINDOW <= DEAD_ZONE && FENCE_WINDOW > MAX_IN_FLIGHT as u64);
+
 /// Log entries a follower fetches at once while the log goes on.
 const FOLLOW_AHEAD: u64 = 8;
 
@@ -124,7 +130,8 @@ struct Inner {
     cache: DiskCache,
     /// This process's random id, in everything it writes.
     writer: [u8; 16],
-    read_only: bool,
+    /// Opened read-only (a follower), until it takes over (`take_over`).
+    read_only: AtomicBool,
     create_if_missing: bool,
     retired_grace: std::time::Duration,
     log: Mutex<LogState>,
@@ -320,7 +327,7 @@ impl ObjectStorage {
             putters: OnceLock::new(),
             cache,
             writer: rand::random(),
-            read_only: config.read_only,
+            read_only: AtomicBool::new(config.read_only),
             create_if_missing: config.create_if_missing,
             retired_grace: config.retired_grace,
             log: Mutex::new(LogState::default()),
@@ -347,9 +354,31 @@ impl ObjectStorage {
         &self.inner.cache
     }
 
+    /// A storage error as an I/O error of `op` (damage found while reading
+    /// the log: invalid data).
+    fn as_io(&self, op: &'static str, e: Error) -> IoError {
+        match e {
+            Error::Io(e) => e,
+            Error::Corrupt(c) => IoError::new(
+                op,
+                self.inner.remote.label.clone(),
+                io::Error::new(io::ErrorKind::InvalidData, c.to_string()),
+            ),
+        }
+    }
+
     /// Why this writer can no longer write, once another writer fenced it.
     pub fn fenced(&self) -> Option<String> {
         self.inner.log.lock().fenced.clone()
+    }
+
+    /// For a read-only open (a follower): takes the writer's role. Reads
+    /// the log to its end and fences it there, exactly as a writable open
+    /// does: the writer it displaces fails its next commit and writes no
+    /// more. Afterwards this storage writes. Nothing changes if it already
+    /// does.
+    pub fn take_over(&self) -> Result<(), Error> {
+        self.inner.take_over()
     }
 
     /// For a read-only open: reads the log entries the writer put since
@@ -359,7 +388,7 @@ impl ObjectStorage {
     /// writer deleted without an entry (the log's oldest, when its start
     /// moved). One GET when nothing changed.
     pub fn refresh(&self, list: bool) -> Result<Refreshed, Error> {
-        if !self.inner.read_only {
+        if !self.inner.read_only() {
             return Err(Error::Io(IoError::new(
                 "follow",
                 self.inner.remote.label.clone(),
@@ -400,6 +429,27 @@ fn request_delay() -> Result<Option<std::time::Duration>, String> {
 }
 
 impl Inner {
+    fn read_only(&self) -> bool {
+        self.read_only.load(Ordering::Acquire)
+    }
+
+    /// A follower becomes the writer: reads the log to its end, fences it
+    /// there (the writer it displaces can commit nothing more), and from
+    /// then on writes. Nothing changes for a store already writable.
+    fn take_over(&self) -> Result<(), Error> {
+        if !self.read_only() {
+            return Ok(());
+        }
+        self.refresh(true)?;
+        let mut log = self.log.lock();
+        if !self.read_only() {
+            return Ok(());
+        }
+        self.fence(&mut log)?;
+        self.read_only.store(false, Ordering::Release);
+        Ok(())
+    }
+
     fn corrupt(&self, object: &str, what: impl Into<String>) -> Error {
         Error::Corrupt(Corruption::new(self.remote.target(object), 0, what))
     }
@@ -416,7 +466,7 @@ impl Inner {
         self.load_pages(&mut segments)?;
         let segments_empty = segments.is_empty();
         drop(segments);
-        if !self.read_only {
+        if !self.read_only() {
             let empty = n == 0
                 && segments_empty
                 && self.remote.get(&format::meta_name(IDENTITY))?.is_none();
@@ -558,7 +608,7 @@ impl Inner {
     /// (`Inner::settle_lost`), so an entry that exists and no fence's dead
     /// zone covers was acknowledged, or will be.
     fn refresh(&self, list: bool) -> Result<Refreshed, Error> {
-        debug_assert!(self.read_only, "a writer's view is its own");
+        debug_assert!(self.read_only(), "a writer's view is its own");
         let mut log = self.log.lock();
         let mut out = Refreshed::default();
         if list {
@@ -572,6 +622,7 @@ impl Inner {
             }
             if start > log.start {
                 log.start = start;
+                log.present = log.present.split_off(&start);
                 let mut segments = self.segments.write();
                 let gone: Vec<SegmentId> = log
                     .created_at
@@ -606,7 +657,7 @@ impl Inner {
             };
             let mut segments = self.segments.write();
             let (e, next) =
-                self.take_entry(&mut log, &mut segments, &mut epoch, n, &bytes, false)?;
+                self.take_entry(&mut log, &mut segments, &mut epoch, n, &bytes, true)?;
             drop(segments);
             if e.time_ms > 0 {
                 out.oldest_ms.get_or_insert(e.time_ms);
@@ -792,7 +843,7 @@ impl Inner {
                 }
             }
         }
-        if !self.read_only {
+        if !self.read_only() {
             for name in strays {
                 self.remote.delete(&name)?;
             }
@@ -815,39 +866,63 @@ impl Inner {
         Bytes::from(format::encode_entry(&e, &[]))
     }
 
-    /// Claims the writer's role: creates a fence at the log's end. If the
-    /// end moved (another writer's commit or fence landed there), that entry
-    /// is read like the rest and the next number tried.
+    /// Claims the writer's role: creates a fence at the log's end. A writer
+    /// still at work moves the end while this runs (up to `MAX_IN_FLIGHT`
+    /// entries a round trip), and one fence after another would chase it:
+    /// fences go to the next `FENCE_WINDOW` numbers at once. In number
+    /// order, an entry another writer put first is read like the rest of
+    /// the log; the first number that holds this writer's fence is its
+    /// fence (every number before it holds an entry read), and the others
+    /// lie in that fence's dead zone (void; deleted with old entries). A
+    /// put before the fence that failed without an answer ends the claim
+    /// with its error; another writer's fence read first moves the claim
+    /// past its dead zone.
     fn fence(&self, log: &mut LogState) -> Result<(), Error> {
         loop {
-            let n = log.next;
-            let bytes = self.fence_entry(n);
-            let name = format::log_name(n);
-            match self.remote.put_create(&name, bytes)? {
-                Created::Ours => {
-                    log.epoch = n;
-                    log.present.insert(n, EntryKind::Fence);
-                    log.next = n + DEAD_ZONE;
-                    return Ok(());
-                }
-                Created::Theirs(found) => {
-                    let theirs =
-                        format::decode_entry(&found).map_err(|why| self.corrupt(&name, why))?;
-                    if theirs.epoch < log.epoch {
-                        return Err(
-                            self.corrupt(&name, "an earlier writer's entry past the log's end")
-                        );
+            let from = log.next;
+            let puts: Vec<(String, Bytes)> = (from..from + FENCE_WINDOW)
+                .map(|n| (format::log_name(n), self.fence_entry(n)))
+                .collect();
+            let results = self.remote.put_create_many(&puts);
+            let mut fenced = false;
+            for ((n, (name, bytes)), result) in (from..).zip(&puts).zip(results) {
+                if fenced || n < log.next {
+                    // In a dead zone (this fence's or one read just now).
+                    if let Ok(Created::Ours) = result {
+                        log.present.insert(n, EntryKind::Data);
                     }
-                    log.epoch = theirs.epoch;
-                    log.present.insert(n, theirs.kind);
-                    let mut segments = self.segments.write();
-                    self.apply(log, &mut segments, n, &theirs, &found)?;
-                    log.next = if theirs.kind == EntryKind::Fence {
-                        n + theirs.offset.max(1)
-                    } else {
-                        n + 1
-                    };
+                    continue;
                 }
+                match result? {
+                    Created::Ours => {
+                        fenced = true;
+                        log.epoch = n;
+                        log.present.insert(n, EntryKind::Fence);
+                        log.next = n + DEAD_ZONE;
+                        self.cache_object(name, bytes);
+                    }
+                    Created::Theirs(found) => {
+                        let theirs =
+                            format::decode_entry(&found).map_err(|why| self.corrupt(name, why))?;
+                        if theirs.epoch < log.epoch {
+                            return Err(
+                                self.corrupt(name, "an earlier writer's entry past the log's end")
+                            );
+                        }
+                        log.epoch = theirs.epoch;
+                        log.present.insert(n, theirs.kind);
+                        let mut segments = self.segments.write();
+                        self.apply(log, &mut segments, n, &theirs, &found)?;
+                        log.next = if theirs.kind == EntryKind::Fence {
+                            n + theirs.offset.max(1)
+                        } else {
+                            n + 1
+                        };
+                    }
+                }
+            }
+            if fenced {
+                return Ok(());
             }
         }
     }
@@ -862,7 +937,7 @@ impl Inner {
         payload: &[u8],
     ) -> Result<u64, IoError> {
         let mut log = self.log.lock();
-        if self.read_only {
+        if self.read_only() {
             return Err(read_only_error(
                 "write the log of",
                 self.remote.label.clone(),
@@ -940,7 +1015,7 @@ impl Inner {
     /// [`Inner::wait_entry`]). `None` if nothing is pending.
     fn start_entry(&self, seg: &Arc<Segment>) -> Result<Option<Arc<PutCell>>, IoError> {
         let mut log = self.log.lock();
-        if self.read_only {
+        if self.read_only() {
             return Err(read_only_error(
                 "write the log of",
                 self.remote.label.clone(),
@@ -1312,7 +1387,7 @@ impl Storage for ObjectStorage {
     ) -> Result<Box<dyn SegmentWriter>, IoError> {
         let inner = &self.inner;
         let name = self.segment_name(id);
-        if inner.read_only {
+        if inner.read_only() {
             return Err(read_only_error("create segment", name));
         }
         if let Some(why) = self.fenced() {
@@ -1366,7 +1441,7 @@ impl Storage for ObjectStorage {
     fn delete_segment(&self, id: SegmentId) -> Result<(), IoError> {
         let inner = &self.inner;
         let name = self.segment_name(id);
-        if inner.read_only {
+        if inner.read_only() {
             return Err(read_only_error("delete segment", name));
         }
         if let Some(why) = self.fenced() {
@@ -1421,7 +1496,7 @@ impl Storage for ObjectStorage {
     }
 
     fn write_meta(&self, name: &str, bytes: &[u8]) -> Result<(), IoError> {
-        if self.inner.read_only {
+        if self.inner.read_only() {
             return Err(read_only_error(
                 "write",
                 self.inner.remote.target(&format::meta_name(name)),
@@ -1471,14 +1546,11 @@ impl Storage for ObjectStorage {
     }
 
     fn refresh(&self, list: bool) -> Result<Refreshed, IoError> {
-        ObjectStorage::refresh(self, list).map_err(|e| match e {
-            Error::Io(e) => e,
-            Error::Corrupt(c) => IoError::new(
-                "follow",
-                self.inner.remote.label.clone(),
-                io::Error::new(io::ErrorKind::InvalidData, c.to_string()),
-            ),
-        })
+        ObjectStorage::refresh(self, list).map_err(|e| self.as_io("follow", e))
+    }
+
+    fn take_over(&self) -> Result<(), IoError> {
+        ObjectStorage::take_over(self).map_err(|e| self.as_io("take over", e))
     }
 }
 

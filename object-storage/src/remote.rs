@@ -307,6 +307,21 @@ impl Remote {
         ))
     }
 
+    /// [`Remote::put_create`] of each of `puts` at once, one thread each;
+    /// the answers in the same order.
+    pub fn put_create_many(&self, puts: &[(String, Bytes)]) -> Vec<Result<Created, IoError>> {
+        std::thread::scope(|s| {
+            let handles: Vec<_> = puts
+                .iter()
+                .map(|(rel, bytes)| s.spawn(move || self.put_create(rel, bytes.clone())))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("a put's thread does not panic"))
+                .collect()
+        })
+    }
+
     fn settle(&self, found: Bytes, ours: &Bytes) -> Created {
         if found == *ours {
             Created::Ours

@@ -51,7 +51,7 @@ pub(crate) fn db_err(e: kivi::Error) -> PyErr {
             | E::InvalidOption(_)
             | E::InvalidBatch(_) => raise(py, "InvalidArgumentError", (msg,)),
             E::NotAStore { .. } => raise(py, "NotAStoreError", (msg,)),
-            E::ReadOnly => raise(py, "ReadOnlyError", (msg,)),
+            E::ReadOnly | E::NotAFollower => raise(py, "ReadOnlyError", (msg,)),
             E::Closed => closed_err_in(py),
         }
     })

@@ -323,6 +323,10 @@ const READ_ONLY: &[&str] = &[
     "ROLE",
 ];
 
+// REPLICAOF and SLAVEOF change no data, but they make a follower the
+// store's writer: not for a read-only user (they are not in READ_ONLY),
+// and not refused on a follower, where they are how it takes over.
+
 /// Whether `args` may run for a read-only user: a command of `READ_ONLY`,
 /// or CONFIG GET.
 pub fn is_read_only(args: crate::resp::parser::Args<'_>) -> bool {
@@ -337,11 +341,12 @@ pub fn is_read_only(args: crate::resp::parser::Args<'_>) -> bool {
 
 /// Whether `args` would change what is stored: refused on a follower.
 /// Commands that change only the server's settings (CONFIG SET) or its
-/// script cache (SCRIPT LOAD) run there as on a Redis replica.
+/// script cache (SCRIPT LOAD) run there as on a Redis replica, and
+/// REPLICAOF NO ONE makes it the writer.
 pub fn writes_data(args: crate::resp::parser::Args<'_>) -> bool {
     let name = &args[0];
     !is_read_only(args)
-        && !["CONFIG", "SCRIPT"]
+        && !["CONFIG", "SCRIPT", "REPLICAOF", "SLAVEOF"]
             .iter()
             .any(|c| name.eq_ignore_ascii_case(c.as_bytes()))
 }

@@ -137,8 +137,9 @@ pub struct Shared {
     pub tls: Option<Arc<tls::Tls>>,
     pub durability: Durability,
     /// The store is a follower of a writer elsewhere (`kivi serve
-    /// --follow`): commands that write are refused with READONLY.
-    pub follower: bool,
+    /// --follow`): commands that write are refused with READONLY, until
+    /// it takes over (REPLICAOF NO ONE).
+    pub follower: std::sync::atomic::AtomicBool,
     pub allocator: Option<Allocator>,
     pub users: Arc<Users>,
     /// The connection limit and the timeouts, which CONFIG SET may change.
@@ -155,6 +156,32 @@ pub struct Shared {
 }
 
 impl Shared {
+    /// Whether the store follows a writer elsewhere (see `follower`).
+    pub fn is_follower(&self) -> bool {
+        self.follower.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// REPLICAOF NO ONE: a follower takes over as the store's writer
+    /// (`Db::promote`: fences the log, so the writer there was commits
+    /// nothing more), then accepts writes. Nothing happens on a writer.
+    pub async fn promote(&self) -> Result<(), kivi::Error> {
+        if !self.is_follower() {
+            return Ok(());
+        }
+        let db = self.db.clone();
+        let started = Instant::now();
+        tokio::task::spawn_blocking(move || db.promote())
+            .await
+            .unwrap_or(Err(kivi::Error::Closed))?;
+        self.follower
+            .store(false, std::sync::atomic::Ordering::Release);
+        tracing::warn!(
+            took_ms = started.elapsed().as_millis() as u64,
+            "this server took over as the store's writer (REPLICAOF NO ONE)"
+        );
+        Ok(())
+    }
+
     pub fn next_client_id(&self) -> u64 {
         self.next_client_id.fetch_add(1, Ordering::Relaxed)
     }
@@ -326,7 +353,7 @@ async fn serve(
         tls_port,
         tls: config.tls.as_ref().map(|(_, t)| t.clone()),
         durability: config.durability,
-        follower,
+        follower: std::sync::atomic::AtomicBool::new(follower),
         allocator: config.allocator,
         users: config.users.clone(),
         live: LiveSettings::new(

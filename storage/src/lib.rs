@@ -123,6 +123,20 @@ pub trait Storage: Send + Sync + Debug {
     fn retired_grace(&self) -> std::time::Duration {
         std::time::Duration::ZERO
     }
+    /// For a read-only open that follows a writer ([`Storage::refresh`]):
+    /// becomes the writer, displacing the one there was, which can make
+    /// nothing more durable from then on. Backends without followers say
+    /// so (the default).
+    fn take_over(&self) -> Result<(), IoError> {
+        Err(IoError::new(
+            "take over",
+            String::from("this storage"),
+            std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                "only a store on an object store has followers that take over",
+            ),
+        ))
+    }
     /// For a read-only open of a store another process writes (a
     /// *follower*): learns what that writer made durable since the open or
     /// the last call, so that segments grow and appear as they did for the

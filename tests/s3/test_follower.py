@@ -116,3 +116,77 @@ def test_a_follower_of_a_store_that_is_not_there_says_so():
     )
     assert out.returncode != 0
     assert "no store" in out.stderr, out.stderr
+
+
+def test_kivi_promote_makes_the_follower_the_writer_and_loses_nothing():
+    import subprocess
+
+    from test_s3 import KIVI
+
+    url = fresh_url()
+    writer = Server(url)
+    follower = Server(url, follow=True)
+    host = writer.client.connection_pool.connection_kwargs["host"]
+    wport = writer.client.connection_pool.connection_kwargs["port"]
+    fport = follower.client.connection_pool.connection_kwargs["port"]
+    acked = [[] for _ in range(4)]
+    failed_after = []
+    promoted = threading.Event()
+
+    def write(w):
+        c = redis.Redis(host=host, port=wport)
+        i = 0
+        tries_after = 0
+        while tries_after < 20:
+            before = promoted.is_set()
+            key = f"w{w}-{i}"
+            try:
+                c.set(key, key)
+            except redis.exceptions.RedisError:
+                if before:
+                    tries_after += 1
+                    continue
+                # Fenced by the takeover while it was under way.
+                promoted.wait()
+                continue
+            if before:
+                failed_after.append(key)  # acknowledged after the takeover
+                tries_after += 1
+            else:
+                acked[w].append(key)
+            i += 1
+
+    threads = [threading.Thread(target=write, args=(w,)) for w in range(4)]
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(0.5)
+        out = subprocess.run(
+            [KIVI, "promote", f"{host}:{fport}"], capture_output=True, text=True, timeout=60
+        )
+        assert out.returncode == 0, out.stderr
+        assert "writer now" in out.stdout, out.stdout
+        promoted.set()
+        for t in threads:
+            t.join(timeout=60)
+        assert not failed_after, f"the old writer acknowledged {failed_after[:5]} after the takeover"
+        f = follower.client
+        total = sum(len(a) for a in acked)
+        assert total > 20, total
+        for a in acked:
+            if a:
+                got = f.mget(a)
+                missing = [k for k, v in zip(a, got) if v != k.encode()]
+                assert not missing, f"lost in the takeover: {missing[:5]}"
+        # The new writer writes; it says it is the master.
+        f.set("after", "takeover")
+        assert f.get("after") == b"takeover"
+        assert f.execute_command("ROLE")[0] == b"master"
+        assert f.info("replication")["role"] == "master"
+        # REPLICAOF to another server is not how kivi follows.
+        with pytest.raises(redis.exceptions.ResponseError, match="kivi serve --follow"):
+            f.execute_command("REPLICAOF", "127.0.0.1", "6379")
+    finally:
+        promoted.set()
+        follower.stop()
+        writer.kill()

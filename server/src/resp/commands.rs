@@ -134,6 +134,8 @@ pub const COMMANDS: &[(&str, Arity)] = &[
     ("SELECT", Arity::Exactly(2)),
     ("QUIT", Arity::Exactly(1)),
     ("ROLE", Arity::Exactly(1)),
+    ("REPLICAOF", Arity::Exactly(3)),
+    ("SLAVEOF", Arity::Exactly(3)),
     // Transactions (transaction.rs).
     ("MULTI", Arity::Exactly(1)),
     ("EXEC", Arity::Exactly(1)),
@@ -539,6 +541,7 @@ pub async fn execute(shared: &Shared, s: &mut Session, args: Vec<Vec<u8>>) -> Re
         "COMMAND" => Ok(command(s, &args)),
         "CONFIG" => super::config::config(shared, &args),
         "ROLE" => Ok(role(shared)),
+        "REPLICAOF" | "SLAVEOF" => replicaof(shared, &args).await,
         "SELECT" => match parse_i64(&args[1]) {
             Some(0) => Ok(Reply::ok()),
             Some(_) => Err(Reply::err("DB index is out of range")),
@@ -966,6 +969,25 @@ fn client(s: &mut Session, args: &[Vec<u8>]) -> Result<Reply, Reply> {
 
 /// COMMAND, COMMAND DOCS, COMMAND COUNT: kivi gives no command table (an
 /// empty one is valid: clients then use their built-in knowledge).
+/// REPLICAOF NO ONE (SLAVEOF NO ONE): a follower takes over as the
+/// store's writer (`Shared::promote`); on the writer, nothing to do. A
+/// kivi server follows a store, not another server: REPLICAOF HOST PORT
+/// is refused and says how to follow.
+async fn replicaof(shared: &Shared, args: &[Vec<u8>]) -> Result<Reply, Reply> {
+    if !(args[1].eq_ignore_ascii_case(b"NO") && args[2].eq_ignore_ascii_case(b"ONE")) {
+        return Err(Reply::err(
+            "kivi follows a store, not a server: start the follower with \
+             kivi serve --follow URL (the writer's store), or send REPLICAOF NO ONE \
+             to a follower to make it the writer",
+        ));
+    }
+    shared
+        .promote()
+        .await
+        .map(|()| Reply::Simple("OK"))
+        .map_err(|e| Reply::err(format!("the takeover failed: {e}")))
+}
+
 /// ROLE, as Redis answers it: a writer is a master with no replicas
 /// connected (followers read the object store); a follower is a replica,
 /// connected while its polls reach the writer's log, whose offset is the
@@ -1028,6 +1050,7 @@ mod tests {
             "ECHO" | "GET" | "STRLEN" | "GETDEL" | "INCR" | "DECR" | "SELECT" | "TYPE" | "KEYS"
             | "TTL" | "PTTL" | "EXPIRETIME" | "PEXPIRETIME" | "PERSIST" => n == 2,
             "ROLE" => n == 1,
+            "REPLICAOF" | "SLAVEOF" => n == 3,
             "SETEX" | "PSETEX" => n == 4,
             "GETEX" | "SCRIPT" => n >= 2,
             "EVAL" | "EVALSHA" => n >= 3,
