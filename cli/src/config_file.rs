@@ -41,6 +41,9 @@ pub struct ServeFile {
     pub metrics: Option<String>,
     pub metrics_allow_remote: Option<bool>,
     pub log_level: Option<String>,
+    pub follow: Option<String>,
+    pub take_over_after_ms: Option<u64>,
+    pub announce: Option<String>,
 }
 
 /// `[[user]]`: one user, as `--user NAME:ROLE:PASSWORD` gives it.
@@ -135,6 +138,9 @@ mod tests {
             metrics = "127.0.0.1:9121"
             metrics-allow-remote = false
             log-level = "warn"
+            follow = "s3://bucket/store"
+            take-over-after-ms = 3000
+            announce = "10.0.0.7:6380"
 
             [[user]]
             name = "reports"
@@ -171,6 +177,9 @@ mod tests {
                 metrics: Some("127.0.0.1:9121".into()),
                 metrics_allow_remote: Some(false),
                 log_level: Some("warn".into()),
+                follow: Some("s3://bucket/store".into()),
+                take_over_after_ms: Some(3000),
+                announce: Some("10.0.0.7:6380".into()),
             }
         );
         assert_eq!(f.user[0].spec(), "reports:read-only:r:3ad");

@@ -507,9 +507,11 @@ impl Store {
 
     /// A follower of the store (an object store's URL) that another
     /// process writes: read-only, kept up with that writer's commits.
-    pub fn open_follower(&self) -> Result<Db> {
+    /// `take_over_after`: a standby (see `Options::take_over_after`).
+    pub fn open_follower(&self, take_over_after: Option<Duration>) -> Result<Db> {
         let opts = Options {
             create_if_missing: false,
+            take_over_after,
             ..self.base_options()
         };
         Ok(Db::follow(&self.dir, opts)?)

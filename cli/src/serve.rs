@@ -76,6 +76,14 @@ pub struct ServeFlags {
     /// following its commits as they appear; writes are refused with READONLY. Instead of -d
     #[arg(long, value_name = "URL")]
     pub follow: Option<String>,
+    /// With --follow: a standby, which takes over as the writer once the writer's lease has
+    /// gone unrenewed this many milliseconds (at least 1500; the writer renews it every second)
+    #[arg(long, value_name = "MS")]
+    pub take_over_after_ms: Option<u64>,
+    /// The address clients reach this server at, which followers of its store report as the
+    /// writer's (INFO replication, ROLE) [default: the RESP listener's]
+    #[arg(long, value_name = "HOST:PORT")]
+    pub announce: Option<String>,
 }
 
 /// Where `kivi serve` listens and how: the flags over the config file
@@ -96,6 +104,9 @@ struct ServeArgs {
     output_timeout: u64,
     metrics: Option<String>,
     metrics_allow_remote: bool,
+    follow: Option<String>,
+    take_over_after_ms: Option<u64>,
+    announce: Option<String>,
 }
 
 impl ServeArgs {
@@ -132,6 +143,9 @@ impl ServeArgs {
             metrics: flags.metrics.clone().or(file.metrics),
             metrics_allow_remote: flags.metrics_allow_remote
                 || file.metrics_allow_remote.unwrap_or(false),
+            follow: flags.follow.clone().or(file.follow),
+            take_over_after_ms: flags.take_over_after_ms.or(file.take_over_after_ms),
+            announce: flags.announce.clone().or(file.announce),
         }
     }
 }
@@ -147,14 +161,14 @@ pub fn run(global: &Global, flags: &ServeFlags) -> Result<()> {
     }
     // The store: -d and --no-fsync on the command line win over the file;
     // --follow names the store instead.
-    if flags.follow.is_some() && global.data_dir.is_some() {
+    let follow = flags.follow.clone().or(file.follow.clone());
+    if follow.is_some() && global.data_dir.is_some() {
         return Err(CliError::Input(
             "--follow URL names the store to serve: give it without -d".into(),
         ));
     }
     let store = Store::with(
-        flags
-            .follow
+        follow
             .as_ref()
             .map(PathBuf::from)
             .or(global.data_dir.clone())
@@ -177,6 +191,18 @@ pub fn run(global: &Global, flags: &ServeFlags) -> Result<()> {
         ));
     }
     let a = ServeArgs::merge(flags, file);
+    let take_over_after = match (a.take_over_after_ms, &a.follow) {
+        (Some(_), None) => {
+            return Err(CliError::Input(
+                "--take-over-after-ms is for a standby: give it with --follow URL".into(),
+            ))
+        }
+        (Some(ms), Some(_)) if ms < 1500 => return Err(CliError::Input(
+            "--take-over-after-ms must be at least 1500 (the writer renews its lease every second)"
+                .into(),
+        )),
+        (ms, _) => ms.map(Duration::from_millis),
+    };
     if a.max_connections == 0 {
         return Err(CliError::Input(
             "--max-connections must be at least 1".into(),
@@ -222,13 +248,14 @@ pub fn run(global: &Global, flags: &ServeFlags) -> Result<()> {
         output_timeout: Duration::from_secs(a.output_timeout.max(1)),
         metrics,
         metrics_remote: a.metrics_allow_remote,
+        announce: a.announce.clone(),
     };
     // Refused before the store is opened (or made).
     kivi_server::protected_mode(&config).map_err(|e| CliError::Input(e.to_string()))?;
     raise_open_file_limit(a.max_connections);
     disable_transparent_huge_pages();
-    let db = match &flags.follow {
-        Some(_) => store.open_follower()?,
+    let db = match &a.follow {
+        Some(_) => store.open_follower(take_over_after)?,
         None => store.open_writable()?,
     };
     let dir = store.shown_dir();

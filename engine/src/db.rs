@@ -357,7 +357,6 @@ impl Db {
     /// A store on a local directory cannot be followed (the writer's
     /// appends there are visible before they are durable).
     pub fn follow(path: impl AsRef<Path>, opts: Options) -> Result<Db> {
-        let interval = opts.follow_interval;
         let db = Db::open(
             path,
             Options {
@@ -365,14 +364,13 @@ impl Db {
                 ..opts
             },
         )?;
-        db.start_following(interval)?;
+        db.start_following()?;
         Ok(db)
     }
 
     /// [`Db::follow`] on any storage backend that can be followed (an
     /// object store's, opened read-only).
     pub fn follow_with_storage(storage: Arc<dyn Storage>, opts: Options) -> Result<Db> {
-        let interval = opts.follow_interval;
         let db = Db::open_with_storage(
             storage,
             Options {
@@ -380,11 +378,11 @@ impl Db {
                 ..opts
             },
         )?;
-        db.start_following(interval)?;
+        db.start_following()?;
         Ok(db)
     }
 
-    fn start_following(&self, interval: std::time::Duration) -> Result<()> {
+    fn start_following(&self) -> Result<()> {
         let inner = self.inner();
         let follower = inner
             .follower
@@ -395,9 +393,23 @@ impl Db {
         follower.start(
             Arc::downgrade(&inner.store),
             Arc::downgrade(follower),
-            interval,
+            self.follow_plan(inner.store.opts()),
         );
         Ok(())
+    }
+
+    /// How the follower's thread polls, and takes over (through a handle
+    /// that does not keep the store open).
+    fn follow_plan(&self, opts: &Options) -> crate::follower::Plan {
+        let handle = Arc::downgrade(&self.handle);
+        crate::follower::Plan {
+            interval: opts.follow_interval,
+            take_over_after: opts.take_over_after,
+            take_over: Box::new(move || match handle.upgrade() {
+                Some(handle) => Db { handle }.promote(),
+                None => Err(Error::Closed),
+            }),
+        }
     }
 
     /// For a store opened read-only beside its writer (on an object store;
@@ -433,7 +445,6 @@ impl Db {
         let Some(follower) = old.follower.clone() else {
             return Err(Error::NotAFollower);
         };
-        let interval = old.store.opts().follow_interval;
         follower.stop();
         let storage = old.store.storage().clone();
         let opts = Options {
@@ -456,11 +467,25 @@ impl Db {
                 follower.restart(
                     Arc::downgrade(&old.store),
                     Arc::downgrade(&follower),
-                    interval,
+                    self.follow_plan(old.store.opts()),
                 );
                 Err(e)
             }
         }
+    }
+
+    /// For the writer of a store on an object store: what its lease tells
+    /// followers besides who it is (`kivi serve` announces the address its
+    /// clients reach it at; a follower's [`FollowerStatus::writer_note`]).
+    /// A follower keeps it for when it takes over. Does nothing on a local
+    /// directory.
+    pub fn announce(&self, note: &str) {
+        self.store().storage().announce(note);
+    }
+
+    /// Whether this is a follower: a read-only open that has not taken over.
+    pub fn is_follower(&self) -> bool {
+        self.inner().follower.is_some()
     }
 
     /// How a store opened read-only stands against its writer (`None` for

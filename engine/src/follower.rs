@@ -52,6 +52,13 @@ pub struct FollowerStatus {
     pub polls_with_commits: u64,
     /// Times the state was built again from a checkpoint.
     pub reloads: u64,
+    /// What the writer announces in its lease (`kivi serve`: the address
+    /// its clients reach it at), once a lease was read.
+    pub writer_note: Option<String>,
+    /// Milliseconds since the writer's lease last changed (or, before one
+    /// was read, since this follower opened): a live writer renews it
+    /// about once a second.
+    pub lease_unchanged_ms: u64,
     /// The last poll's failure, if the last poll failed.
     pub last_error: Option<String>,
 }
@@ -68,6 +75,11 @@ pub(crate) struct Follower {
 struct Status {
     shown: FollowerStatus,
     last_contact: Instant,
+    /// The lease last read (writer, epoch, renewal), when it was read, and
+    /// since when it has not changed.
+    lease: Option<([u8; 16], u64, u64)>,
+    lease_read_at: Option<Instant>,
+    lease_changed_at: Instant,
 }
 
 struct Tail {
@@ -96,6 +108,9 @@ struct Tail {
 const LIST_FIRST: Duration = Duration::from_millis(250);
 const LIST_MOST: Duration = Duration::from_secs(2);
 
+/// How often a follower reads the writer's lease.
+const LEASE_CHECK: Duration = Duration::from_millis(200);
+
 /// Commit bytes read from a segment at once.
 const READ_BYTES: u64 = 4 << 20;
 
@@ -118,6 +133,9 @@ impl Follower {
                     ..FollowerStatus::default()
                 },
                 last_contact: Instant::now(),
+                lease: None,
+                lease_read_at: None,
+                lease_changed_at: Instant::now(),
             }),
             thread: Mutex::new(None),
             stopped: std::sync::atomic::AtomicBool::new(false),
@@ -128,8 +146,33 @@ impl Follower {
         let s = self.status.lock();
         FollowerStatus {
             last_contact_ms: s.last_contact.elapsed().as_millis() as u64,
+            lease_unchanged_ms: s.lease_changed_at.elapsed().as_millis() as u64,
             ..s.shown.clone()
         }
+    }
+
+    /// Reads the writer's lease if it was not read for `LEASE_CHECK`;
+    /// returns how long it has gone unchanged.
+    fn check_lease(&self, store: &Store) -> Result<Duration> {
+        {
+            let s = self.status.lock();
+            if s.lease_read_at.is_some_and(|at| at.elapsed() < LEASE_CHECK) {
+                return Ok(s.lease_changed_at.elapsed());
+            }
+        }
+        let lease = store.storage().writer_lease()?;
+        let mut s = self.status.lock();
+        let now = Instant::now();
+        s.lease_read_at = Some(now);
+        if let Some(l) = lease {
+            let seen = (l.writer, l.epoch, l.renewal);
+            if s.lease != Some(seen) {
+                s.lease = Some(seen);
+                s.lease_changed_at = now;
+            }
+            s.shown.writer_note = Some(l.note);
+        }
+        Ok(s.lease_changed_at.elapsed())
     }
 
     /// Polls until a poll finds nothing new, even with a listing (the
@@ -409,7 +452,12 @@ impl Follower {
     /// after a poll that found commits, else after a pause that doubles
     /// from 1 ms up to `interval`; after a failure (logged, and kept in
     /// `last_error`), after `interval`.
-    pub fn start(&self, store: Weak<Store>, me: Weak<Follower>, interval: Duration) {
+    pub fn start(&self, store: Weak<Store>, me: Weak<Follower>, plan: Plan) {
+        let Plan {
+            interval,
+            take_over_after,
+            take_over,
+        } = plan;
         let handle = std::thread::Builder::new()
             .name("kivi-follow".into())
             .spawn(move || {
@@ -429,6 +477,27 @@ impl Follower {
                             pause = interval;
                         }
                     }
+                    match me.check_lease(&store) {
+                        Ok(unchanged) => {
+                            if take_over_after.is_some_and(|after| unchanged >= after) {
+                                tracing::warn!(
+                                    store = store.path(),
+                                    unchanged_ms = unchanged.as_millis() as u64,
+                                    "the writer's lease went unrenewed: taking over"
+                                );
+                                drop(store);
+                                if let Err(e) = take_over() {
+                                    // Following on, on a thread of its own
+                                    // (`Db::promote`), and waiting as long
+                                    // again before the next try.
+                                    tracing::error!(error = %e, "taking over failed; following on");
+                                    me.status.lock().lease_changed_at = Instant::now();
+                                }
+                                return;
+                            }
+                        }
+                        Err(e) => store.note_error("read the writer's lease", &e),
+                    }
                     drop((store, me));
                     if !pause.is_zero() {
                         std::thread::sleep(pause);
@@ -441,22 +510,34 @@ impl Follower {
         *self.thread.lock() = Some(handle);
     }
 
-    /// Stops the polling thread and waits for it to end.
+    /// Stops the polling thread and waits for it to end (unless this is
+    /// that thread: a takeover it started).
     pub fn stop(&self) {
         self.stopped
             .store(true, std::sync::atomic::Ordering::Release);
-        if let Some(h) = self.thread.lock().take() {
-            let _ = h.join();
+        let handle = self.thread.lock().take();
+        if let Some(h) = handle {
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
         }
     }
 
-    /// Polls no more from now on, as `stop`, but lets a later `start`
-    /// begin again (a takeover that failed).
-    pub fn restart(&self, store: Weak<Store>, me: Weak<Follower>, interval: Duration) {
+    /// Polls again after `stop` (a takeover that failed).
+    pub fn restart(&self, store: Weak<Store>, me: Weak<Follower>, plan: Plan) {
         self.stopped
             .store(false, std::sync::atomic::Ordering::Release);
-        self.start(store, me, interval);
+        self.start(store, me, plan);
     }
+}
+
+/// How the polling thread goes: the longest pause between polls, and
+/// whether to take over (how) once the writer's lease went unrenewed that
+/// long.
+pub(crate) struct Plan {
+    pub interval: Duration,
+    pub take_over_after: Option<Duration>,
+    pub take_over: Box<dyn Fn() -> Result<()> + Send>,
 }
 
 #[derive(Default)]

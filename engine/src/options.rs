@@ -77,6 +77,13 @@ pub struct Options {
     /// (default 20 ms; between 1 ms and 10 s). On an object store each
     /// poll that finds nothing is one GET.
     pub follow_interval: std::time::Duration,
+    /// For a follower ([`Db::follow`](crate::Db::follow)): take over as the
+    /// writer ([`Db::promote`](crate::Db::promote)) once the writer's lease
+    /// has gone unrenewed this long (a live writer renews it about once a
+    /// second). `None` (the default): only when told to. A standby. The
+    /// lease decides only when; the log's fence makes it safe whatever the
+    /// old writer does.
+    pub take_over_after: Option<std::time::Duration>,
 }
 
 impl Default for Options {
@@ -96,6 +103,7 @@ impl Default for Options {
             object_cache_bytes: 1 << 30,
             commit_wait: std::time::Duration::ZERO,
             follow_interval: std::time::Duration::from_millis(20),
+            take_over_after: None,
         }
     }
 }
@@ -151,6 +159,14 @@ impl Options {
         let follow = std::time::Duration::from_millis(1)..=std::time::Duration::from_secs(10);
         if !follow.contains(&self.follow_interval) {
             return bad("follow_interval must be between 1 ms and 10 s");
+        }
+        if self
+            .take_over_after
+            .is_some_and(|t| t < std::time::Duration::from_millis(1500))
+        {
+            return bad(
+                "take_over_after must be at least 1.5 s (a writer renews its lease every second)",
+            );
         }
         if self.cache_bytes < 64 << 10 {
             return bad("cache_bytes must be at least 64 KiB");

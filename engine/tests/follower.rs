@@ -410,3 +410,61 @@ fn a_follower_takes_over_with_every_acknowledged_write_and_the_old_writer_stops(
         assert!(again.get(k).unwrap().is_some());
     }
 }
+
+/// A standby (a follower with `take_over_after`) stays a follower while
+/// the writer renews its lease, reads where the writer says it is, and
+/// takes over on its own once the writer is gone, with everything the
+/// writer acknowledged.
+#[test]
+fn a_standby_takes_over_once_the_writers_lease_goes_unrenewed() {
+    let memory: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let writer = Db::open_with_storage(Arc::new(writer_storage(memory.clone())), small()).unwrap();
+    writer.announce("10.0.0.7:6380");
+    let standby = Db::follow_with_storage(
+        Arc::new(reader_storage(memory.clone())),
+        Options {
+            follow_interval: Duration::from_millis(5),
+            take_over_after: Some(Duration::from_millis(1500)),
+            ..small()
+        },
+    )
+    .unwrap();
+    let mut model = Model::new();
+    let alive_until = Instant::now() + Duration::from_secs(3);
+    let mut round = 0;
+    while Instant::now() < alive_until {
+        writer.write(batch(round, &mut model)).unwrap();
+        round += 1;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(standby.is_follower(), "took over from a live writer");
+    let status = standby.follower_status().unwrap();
+    assert_eq!(status.writer_note.as_deref(), Some("10.0.0.7:6380"));
+    assert!(status.lease_unchanged_ms < 1500, "{status:?}");
+    // The writer goes (its lease is renewed no more).
+    drop(writer);
+    let gone = Instant::now();
+    while standby.is_follower() {
+        assert!(
+            gone.elapsed() < Duration::from_secs(10),
+            "the standby never took over"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let took = gone.elapsed();
+    assert!(
+        took >= Duration::from_millis(500),
+        "took over after {took:?}"
+    );
+    assert_same(&standby, &model, "after the takeover");
+    standby.put(b"after", b"takeover").unwrap();
+    // Its lease is the writer's now, with the note it had.
+    let reader = Db::follow_with_storage(Arc::new(reader_storage(memory)), small()).unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    reader.catch_up().unwrap();
+    assert_eq!(
+        reader.get(b"after").unwrap().as_deref(),
+        Some(&b"takeover"[..])
+    );
+    standby.close().unwrap();
+}

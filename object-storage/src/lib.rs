@@ -33,6 +33,7 @@ mod cache;
 pub mod faults;
 mod flight;
 mod format;
+mod lease;
 mod remote;
 
 pub use cache::DiskCache;
@@ -42,7 +43,7 @@ use flight::{PutCell, Putters, MAX_IN_FLIGHT};
 use format::{Entry, EntryKind, PageObject, CHUNK_HEADER, DEAD_ZONE, LOG_HEADER};
 use kivi_storage::{
     segment_file_name, Corruption, Error, IoError, PendingSync, Refreshed, RemoteRequests,
-    SegmentId, SegmentReader, SegmentWriter, StepHook, Storage,
+    SegmentId, SegmentReader, SegmentWriter, StepHook, Storage, WriterLease,
 };
 use object_store::ObjectStore;
 use parking_lot::{Mutex, RwLock};
@@ -134,6 +135,10 @@ struct Inner {
     read_only: AtomicBool,
     create_if_missing: bool,
     retired_grace: std::time::Duration,
+    /// What this writer's lease says besides who it is (`announce`).
+    lease_note: Mutex<String>,
+    /// The lease's renewing thread has started (a writer's, once).
+    lease_started: std::sync::Once,
     log: Mutex<LogState>,
     /// Every segment there is, by id.
     segments: RwLock<BTreeMap<SegmentId, Arc<Segment>>>,
@@ -330,10 +335,15 @@ impl ObjectStorage {
             read_only: AtomicBool::new(config.read_only),
             create_if_missing: config.create_if_missing,
             retired_grace: config.retired_grace,
+            lease_note: Mutex::new(String::new()),
+            lease_started: std::sync::Once::new(),
             log: Mutex::new(LogState::default()),
             segments: RwLock::new(BTreeMap::new()),
         });
         inner.load()?;
+        if !config.read_only {
+            Inner::start_lease(&inner);
+        }
         Ok(ObjectStorage { inner })
     }
 
@@ -378,7 +388,9 @@ impl ObjectStorage {
     /// more. Afterwards this storage writes. Nothing changes if it already
     /// does.
     pub fn take_over(&self) -> Result<(), Error> {
-        self.inner.take_over()
+        self.inner.take_over()?;
+        Inner::start_lease(&self.inner);
+        Ok(())
     }
 
     /// For a read-only open: reads the log entries the writer put since
@@ -429,6 +441,75 @@ fn request_delay() -> Result<Option<std::time::Duration>, String> {
 }
 
 impl Inner {
+    /// Starts the thread that renews this writer's lease every
+    /// `lease::RENEW_EVERY` (see `lease.rs`) until the storage is dropped
+    /// or the writer is fenced.
+    fn start_lease(me: &Arc<Inner>) {
+        let weak = Arc::downgrade(me);
+        me.lease_started.call_once(|| {
+            std::thread::Builder::new()
+                .name("kivi-lease".into())
+                .spawn(move || {
+                    let mut renewal = 0u64;
+                    loop {
+                        let Some(inner) = weak.upgrade() else { return };
+                        if !inner.renew_lease(&mut renewal) {
+                            return;
+                        }
+                        drop(inner);
+                        // Slept in steps, so that a dropped store ends it soon.
+                        for _ in 0..20 {
+                            std::thread::sleep(lease::RENEW_EVERY / 20);
+                            if weak.strong_count() == 0 {
+                                return;
+                            }
+                        }
+                    }
+                })
+                .expect("spawn the lease thread");
+        });
+    }
+
+    /// Puts this writer's lease again, unless it learns that another writer
+    /// took over (then it writes no more); false once it will renew no more.
+    /// A failed put is logged and tried again at the next renewal.
+    fn renew_lease(&self, renewal: &mut u64) -> bool {
+        let (next, epoch) = {
+            let log = self.log.lock();
+            if log.fenced.is_some() {
+                return false;
+            }
+            (log.next, log.epoch)
+        };
+        // A takeover this writer has not met: another writer's entry at the
+        // number its next entry takes.
+        let name = format::log_name(next);
+        if let Ok(Some(found)) = self.remote.get(&name) {
+            match format::decode_entry(&found) {
+                Ok(e) if e.writer == self.writer => {}
+                found => {
+                    let mut log = self.log.lock();
+                    if log.next == next && log.fenced.is_none() {
+                        let _ = self.fenced_by(&mut log, &name, found.ok());
+                    }
+                    return false;
+                }
+            }
+        }
+        *renewal += 1;
+        let lease = lease::Lease {
+            writer: self.writer,
+            epoch,
+            renewal: *renewal,
+            time_ms: now_ms(),
+            note: self.lease_note.lock().clone(),
+        };
+        if let Err(e) = self.remote.put_overwrite(lease::LEASE, lease.encode()) {
+            tracing::warn!(store = %self.remote.label, error = %e, "renewing the writer's lease failed");
+        }
+        true
+    }
+
     fn read_only(&self) -> bool {
         self.read_only.load(Ordering::Acquire)
     }
@@ -1551,6 +1632,24 @@ impl Storage for ObjectStorage {
 
     fn take_over(&self) -> Result<(), IoError> {
         ObjectStorage::take_over(self).map_err(|e| self.as_io("take over", e))
+    }
+
+    fn announce(&self, note: &str) {
+        *self.inner.lease_note.lock() = note.to_string();
+    }
+
+    fn writer_lease(&self) -> Result<Option<WriterLease>, IoError> {
+        Ok(self
+            .inner
+            .remote
+            .get(lease::LEASE)?
+            .and_then(|b| lease::Lease::decode(&b))
+            .map(|l| WriterLease {
+                writer: l.writer,
+                epoch: l.epoch,
+                renewal: l.renewal,
+                note: l.note,
+            }))
     }
 }
 

@@ -331,6 +331,19 @@ impl Remote {
         }
     }
 
+    /// Puts `rel`, replacing whatever is there (the lease only: every other
+    /// object is created once).
+    pub fn put_overwrite(&self, rel: &str, bytes: Bytes) -> Result<(), IoError> {
+        self.counters
+            .put_bytes
+            .fetch_add(bytes.len() as u64, Relaxed);
+        let done = self.retried("put", rel, &self.counters.puts, |store, path| {
+            let payload = PutPayload::from_bytes(bytes.clone());
+            async move { store.put(&path, payload).await.map(|_| ()) }
+        })?;
+        done.map_err(|e| from_store("put", self.target(rel), e))
+    }
+
     /// Deletes `rel`; deleting what is not there succeeds.
     pub fn delete(&self, rel: &str) -> Result<(), IoError> {
         let done = self.retried(

@@ -282,10 +282,11 @@ fn replication(shared: &Shared, st: Option<&kivi::Stats>) -> Vec<(&'static str, 
     };
     // Up while polls reach the writer's log.
     let up = f.last_error.is_none() && f.last_contact_ms < 5_000;
+    let (host, port) = crate::writer_address(&f);
     vec![
         ("role", "slave".into()),
-        ("master_host", String::new()),
-        ("master_port", "0".into()),
+        ("master_host", host),
+        ("master_port", port.to_string()),
         ("master_link_status", if up { "up" } else { "down" }.into()),
         (
             "master_last_io_seconds_ago",
@@ -304,6 +305,10 @@ fn replication(shared: &Shared, st: Option<&kivi::Stats>) -> Vec<(&'static str, 
             f.polls_with_commits.to_string(),
         ),
         ("kivi_follower_reloads", f.reloads.to_string()),
+        (
+            "kivi_follower_lease_unchanged_ms",
+            f.lease_unchanged_ms.to_string(),
+        ),
         (
             "kivi_follower_last_error",
             f.last_error.unwrap_or_default().replace(['\r', '\n'], " "),

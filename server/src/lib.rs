@@ -74,6 +74,21 @@ pub struct Config {
     /// A RESP connection whose replies wait this long for the client to
     /// read them is closed.
     pub output_timeout: Duration,
+    /// The address clients reach this server at, announced in the writer's
+    /// lease on an object store (what followers tell clients in INFO
+    /// replication and ROLE); the RESP (or TLS) listener's when `None`.
+    pub announce: Option<String>,
+}
+
+/// Where a follower's writer says its clients reach it (its lease's note,
+/// `host:port`), as INFO replication's master_host and master_port; empty
+/// and 0 when it said nothing (or a Unix socket path, as the host).
+pub fn writer_address(f: &kivi::FollowerStatus) -> (String, u16) {
+    let note = f.writer_note.clone().unwrap_or_default();
+    match note.rsplit_once(':').map(|(h, p)| (h, p.parse::<u16>())) {
+        Some((host, Ok(port))) => (host.trim_matches(['[', ']']).to_string(), port),
+        _ => (note, 0),
+    }
 }
 
 /// Default `Config::output_timeout`.
@@ -94,6 +109,7 @@ impl Default for Config {
             output_timeout: DEFAULT_OUTPUT_TIMEOUT,
             metrics: None,
             metrics_remote: false,
+            announce: None,
         }
     }
 }
@@ -136,10 +152,6 @@ pub struct Shared {
     pub tls_port: u16,
     pub tls: Option<Arc<tls::Tls>>,
     pub durability: Durability,
-    /// The store is a follower of a writer elsewhere (`kivi serve
-    /// --follow`): commands that write are refused with READONLY, until
-    /// it takes over (REPLICAOF NO ONE).
-    pub follower: std::sync::atomic::AtomicBool,
     pub allocator: Option<Allocator>,
     pub users: Arc<Users>,
     /// The connection limit and the timeouts, which CONFIG SET may change.
@@ -156,9 +168,11 @@ pub struct Shared {
 }
 
 impl Shared {
-    /// Whether the store follows a writer elsewhere (see `follower`).
+    /// Whether the store follows a writer elsewhere (`kivi serve
+    /// --follow`): commands that write are refused with READONLY until it
+    /// takes over (REPLICAOF NO ONE, or on its own as a standby).
     pub fn is_follower(&self) -> bool {
-        self.follower.load(std::sync::atomic::Ordering::Acquire)
+        self.db.is_follower()
     }
 
     /// REPLICAOF NO ONE: a follower takes over as the store's writer
@@ -170,11 +184,14 @@ impl Shared {
         }
         let db = self.db.clone();
         let started = Instant::now();
-        tokio::task::spawn_blocking(move || db.promote())
+        match tokio::task::spawn_blocking(move || db.promote())
             .await
-            .unwrap_or(Err(kivi::Error::Closed))?;
-        self.follower
-            .store(false, std::sync::atomic::Ordering::Release);
+            .unwrap_or(Err(kivi::Error::Closed))
+        {
+            // A standby's own takeover won the race: the writer now.
+            Err(kivi::Error::NotAFollower) | Ok(()) => {}
+            Err(e) => return Err(e),
+        }
         tracing::warn!(
             took_ms = started.elapsed().as_millis() as u64,
             "this server took over as the store's writer (REPLICAOF NO ONE)"
@@ -335,7 +352,6 @@ async fn serve(
         .find(|(p, _)| *p == "kvlds")
         .map(|(_, a)| a.clone());
     let (stop_tx, stop_rx) = watch::channel(false);
-    let follower = db.follower_status().is_some();
     let shared = Arc::new(Shared {
         db,
         committer,
@@ -353,7 +369,6 @@ async fn serve(
         tls_port,
         tls: config.tls.as_ref().map(|(_, t)| t.clone()),
         durability: config.durability,
-        follower: std::sync::atomic::AtomicBool::new(follower),
         allocator: config.allocator,
         users: config.users.clone(),
         live: LiveSettings::new(
@@ -369,6 +384,17 @@ async fn serve(
     // Before `ready`: a SIGTERM sent as soon as the listeners are
     // announced must stop the server cleanly, not kill it.
     let signals = Signals::install(config.tls.is_some())?;
+    // Where clients reach this server, in the lease it renews as the writer
+    // (a follower keeps it for when it takes over).
+    let announced = config.announce.clone().or_else(|| {
+        bound
+            .iter()
+            .find(|(p, _)| *p == "resp" || *p == "tls")
+            .map(|(_, a)| a.clone())
+    });
+    if let Some(a) = &announced {
+        shared.db.announce(a);
+    }
     ready(&bound);
     let sampler = {
         let (shared, stop) = (shared.clone(), shared.stop.clone());

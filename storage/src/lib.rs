@@ -44,6 +44,19 @@ pub const MAX_SEGMENT_ID: SegmentId = u32::MAX as u64;
 /// (see `Storage::create_bulk_segment`).
 pub type StepHook = Arc<dyn Fn() + Send + Sync>;
 
+/// A writer's lease as a follower reads it ([`Storage::writer_lease`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriterLease {
+    /// The writer's random id.
+    pub writer: [u8; 16],
+    /// The number of the fence that made it the writer.
+    pub epoch: u64,
+    /// How many times it put the lease: changes while the writer lives.
+    pub renewal: u64,
+    /// What the writer announces (`kivi serve`: its address).
+    pub note: String,
+}
+
 /// What [`Storage::refresh`] found.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Refreshed {
@@ -122,6 +135,17 @@ pub trait Storage: Send + Sync + Debug {
     /// record. Zero (the default) where nobody else reads.
     fn retired_grace(&self) -> std::time::Duration {
         std::time::Duration::ZERO
+    }
+    /// For a writer whose followers read the same storage (an object
+    /// store's): what it tells them in its lease, renewed about once a
+    /// second (`kivi serve` announces its address). Does nothing elsewhere.
+    fn announce(&self, note: &str) {
+        let _ = note;
+    }
+    /// For a follower: the writer's lease as it stands now (`None`: no
+    /// writer has put one), one request.
+    fn writer_lease(&self) -> Result<Option<WriterLease>, IoError> {
+        Ok(None)
     }
     /// For a read-only open that follows a writer ([`Storage::refresh`]):
     /// becomes the writer, displacing the one there was, which can make

@@ -190,3 +190,47 @@ def test_kivi_promote_makes_the_follower_the_writer_and_loses_nothing():
         promoted.set()
         follower.stop()
         writer.kill()
+
+
+def test_a_standby_takes_over_from_a_paused_writer_which_then_commits_nothing():
+    import os
+    import signal
+
+    url = fresh_url()
+    writer = Server(url)
+    standby = Server(url, follow=True, args=["--take-over-after-ms", "1500"])
+    w, s = writer.client, standby.client
+    try:
+        for i in range(100):
+            w.set(f"k{i}", i)
+        # The standby says where the writer is (its lease), and stays a
+        # follower while the writer lives.
+        wport = w.connection_pool.connection_kwargs["port"]
+        wait_for("the writer's address", lambda: s.info("replication")["master_port"] == wport)
+        assert s.info("replication")["master_host"] == "127.0.0.1"
+        time.sleep(2.5)
+        assert s.execute_command("ROLE")[0] == b"slave"
+
+        os.kill(writer.proc.pid, signal.SIGSTOP)
+        paused = time.monotonic()
+        while True:
+            try:
+                s.set("after", "takeover")
+                break
+            except redis.exceptions.ReadOnlyError:
+                assert time.monotonic() - paused < 10, "the standby never took over"
+                time.sleep(0.02)
+        took = time.monotonic() - paused
+        print(f"first write on the new writer {took * 1000:.0f} ms after the pause")
+        assert s.execute_command("ROLE")[0] == b"master"
+        assert s.mget([f"k{i}" for i in range(100)]) == [str(i).encode() for i in range(100)]
+
+        # The old writer, resumed, commits nothing more.
+        os.kill(writer.proc.pid, signal.SIGCONT)
+        with pytest.raises(redis.exceptions.ResponseError):
+            w.set("stale", "write")
+        assert s.get("stale") is None
+    finally:
+        os.kill(writer.proc.pid, signal.SIGCONT)
+        standby.stop()
+        writer.kill()

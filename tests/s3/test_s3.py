@@ -34,10 +34,10 @@ class Server:
     has a local cache of its own (a temporary directory), so a restart
     starts with an empty cache."""
 
-    def __init__(self, url, follow=False):
+    def __init__(self, url, follow=False, args=()):
         store = ["serve", "--follow", url] if follow else ["-d", url, "serve"]
         self.proc = subprocess.Popen(
-            [KIVI, *store, "--resp", "127.0.0.1:0"],
+            [KIVI, *store, "--resp", "127.0.0.1:0", *args],
             stdout=subprocess.PIPE,
             text=True,
         )

@@ -991,7 +991,8 @@ async fn replicaof(shared: &Shared, args: &[Vec<u8>]) -> Result<Reply, Reply> {
 /// ROLE, as Redis answers it: a writer is a master with no replicas
 /// connected (followers read the object store); a follower is a replica,
 /// connected while its polls reach the writer's log, whose offset is the
-/// last commit it shows. Where the writer is, a follower does not know yet.
+/// last commit it shows, and whose master is where the writer's lease says
+/// its clients reach it.
 fn role(shared: &Shared) -> Reply {
     match shared.db.follower_status() {
         None => {
@@ -1004,10 +1005,11 @@ fn role(shared: &Shared) -> Reply {
         }
         Some(f) => {
             let up = f.last_error.is_none() && f.last_contact_ms < 5_000;
+            let (host, port) = crate::writer_address(&f);
             Reply::Array(vec![
                 Reply::bulk(b"slave".to_vec()),
-                Reply::bulk(Vec::new()),
-                Reply::Int(0),
+                Reply::bulk(host.into_bytes()),
+                Reply::Int(i64::from(port)),
                 Reply::bulk(if up {
                     b"connected".to_vec()
                 } else {
