@@ -10,6 +10,7 @@
 
 pub mod cgroup;
 pub mod counting;
+pub mod follower_suite;
 pub mod kv40;
 pub mod kvlds_client;
 pub mod kvlds_workload;

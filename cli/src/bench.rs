@@ -6,6 +6,7 @@ use clap::Args;
 use std::path::PathBuf;
 
 #[derive(Args, Debug)]
+#[command(group(clap::ArgGroup::new("on_s3").args(["object_store", "followers"])))]
 pub struct BenchArgs {
     /// Stores to run, comma-separated: kivi, kivi-nocleaner (kivi with its
     /// cleaner idle), and with a build with `--features peers`, lmdb,
@@ -93,17 +94,38 @@ pub struct BenchArgs {
     /// docs/workloads.md
     #[arg(long, conflicts_with_all = ["server", "tables"])]
     object_store: bool,
-    /// With --object-store: the bucket (the run's objects are deleted at
-    /// its end)
+    /// Run the follower suite instead: a kivi writer and its followers on the
+    /// S3-compatible server the AWS_* variables name, under a fresh prefix of --bucket:
+    /// a follower's lag behind --writers concurrent writers (acknowledged on the writer
+    /// to visible on the follower), random reads (--ops) on the writer and on the
+    /// follower, --takeovers takeovers on command (Db::promote to the first acknowledged
+    /// write) and --kill-takeovers after the writer dies; see docs/workloads.md
+    #[arg(long, conflicts_with_all = ["server", "tables", "object_store"])]
+    followers: bool,
+    /// With --followers: writer threads while the lag is measured
+    #[arg(long, value_name = "N", default_value = "64", requires = "followers", value_parser = positive)]
+    writers: u64,
+    /// With --followers: takeovers on command
+    #[arg(long, value_name = "N", default_value = "100", requires = "followers")]
+    takeovers: u64,
+    /// With --followers: takeovers after the writer's death (each waits the lease timeout)
+    #[arg(long, value_name = "N", default_value = "5", requires = "followers")]
+    kill_takeovers: u64,
+    /// With --followers: the standby's lease timeout, milliseconds (at least 1500)
     #[arg(
         long,
-        value_name = "NAME",
-        default_value = "kivi",
-        requires = "object_store"
+        value_name = "MS",
+        default_value = "1500",
+        requires = "followers"
     )]
+    take_over_after_ms: u64,
+    /// With --object-store or --followers: the bucket (the object-store suite deletes
+    /// its objects at its end)
+    #[arg(long, value_name = "NAME", default_value = "kivi", requires = "on_s3")]
     bucket: String,
-    /// With --object-store: seconds each durable-write measurement runs
-    #[arg(long, value_name = "S", default_value = "5", requires = "object_store", value_parser = positive_seconds)]
+    /// With --object-store: seconds each durable-write measurement runs (--followers:
+    /// the lag measurement)
+    #[arg(long, value_name = "S", default_value = "5", requires = "on_s3", value_parser = positive_seconds)]
     write_seconds: f64,
     /// With --object-store: milliseconds of delay injected before every
     /// request in the delayed write measurements
@@ -292,6 +314,24 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         };
         let mut out = std::io::stdout().lock();
         return kivi_bench::tables::run(&cfg, &mut out)
+            .map(|_| ())
+            .map_err(bench_err);
+    }
+    if args.followers {
+        let cfg = kivi_bench::follower_suite::FollowerConfig {
+            n: args.n,
+            dir: args.dir.clone(),
+            json: args.json.clone(),
+            bucket: Some(args.bucket.clone()),
+            writers: args.writers,
+            write_seconds: args.write_seconds,
+            reads: args.ops.unwrap_or(kivi_bench::object_suite::READS),
+            takeovers: args.takeovers,
+            kill_takeovers: args.kill_takeovers,
+            take_over_after: std::time::Duration::from_millis(args.take_over_after_ms.max(1500)),
+        };
+        let mut out = std::io::stdout().lock();
+        return kivi_bench::follower_suite::run(&cfg, &mut out)
             .map(|_| ())
             .map_err(bench_err);
     }

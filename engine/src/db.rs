@@ -445,14 +445,18 @@ impl Db {
         let Some(follower) = old.follower.clone() else {
             return Err(Error::NotAFollower);
         };
+        let started = std::time::Instant::now();
         follower.stop();
+        let stopped = started.elapsed();
         let storage = old.store.storage().clone();
         let opts = Options {
             read_only: false,
             create_if_missing: false,
             ..old.store.opts().clone()
         };
+        let mut fenced = std::time::Duration::ZERO;
         let built = storage.take_over().map_err(Error::from).and_then(|()| {
+            fenced = started.elapsed();
             let probe = storage.clone();
             let is_empty = move || -> Result<bool> { Ok(probe.list_segments()?.is_empty()) };
             Self::build(storage.clone(), self.handle.path.clone(), opts, &is_empty)
@@ -460,7 +464,13 @@ impl Db {
         match built {
             Ok(inner) => {
                 self.handle.inner.store(inner);
-                tracing::info!(store = %self.handle.path, "took over as the writer");
+                tracing::info!(
+                    store = %self.handle.path,
+                    stopped_following_ms = stopped.as_millis() as u64,
+                    fenced_ms = fenced.as_millis() as u64,
+                    writing_ms = started.elapsed().as_millis() as u64,
+                    "took over as the writer"
+                );
                 Ok(())
             }
             Err(e) => {

@@ -500,7 +500,8 @@ impl Follower {
                     }
                     drop((store, me));
                     if !pause.is_zero() {
-                        std::thread::sleep(pause);
+                        // Woken early by `stop`.
+                        std::thread::park_timeout(pause);
                     } else {
                         pause = Duration::from_millis(1);
                     }
@@ -518,6 +519,7 @@ impl Follower {
         let handle = self.thread.lock().take();
         if let Some(h) = handle {
             if h.thread().id() != std::thread::current().id() {
+                h.thread().unpark();
                 let _ = h.join();
             }
         }

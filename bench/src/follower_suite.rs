@@ -1,0 +1,410 @@
+//! The follower suite (`kivi bench --followers`; docs/workloads.md,
+//! "Follower workload"): a kivi writer and its followers on the
+//! S3-compatible server the `AWS_*` variables name, under a fresh prefix of
+//! one bucket (an in-memory store of this process's own in the suite's
+//! tests). Every write is durable.
+//!
+//! 1. The writer bulk-loads kv40 pairs 0..n; a follower opens beside it.
+//! 2. **Lag**: `writers` threads put random keys as fast as they are
+//!    acknowledged; meanwhile a marker thread writes a numbered key every
+//!    10 ms, and a probe reads each marker on the follower from the moment
+//!    the writer acknowledged it until it is there (every 100 us). Lag is
+//!    that time: acknowledged on the writer to visible on the follower.
+//! 3. **Reads**: the same random gets on the writer and on the follower
+//!    (each warmed by one untimed pass first): reads/s of each.
+//! 4. **Takeover on command**: `takeovers` times, a new follower opens and
+//!    catches up while the writer keeps writing; `Db::promote`, then its
+//!    first put: the time from the promote call to that put's
+//!    acknowledgement. The promoted follower is the next round's writer.
+//! 5. **Takeover after the writer dies**: `kill_takeovers` times, a standby
+//!    (`take_over_after`) follows a writer that is then dropped (its lease
+//!    is renewed no more, as after kill -9); the time from the drop to the
+//!    standby's first acknowledged put. (The writer last renewed its lease
+//!    up to a second before it died, so this may be less than
+//!    `take_over_after`; never more than it plus the lease check, 200 ms,
+//!    and the takeover.)
+
+use crate::kv40::{self, Rng};
+use crate::measure::percentile;
+use crate::{io_err, prepare_dir, BenchError, Record};
+use kivi::{Db, Options, WriteBatch};
+use kivi_object_storage::{Config, ObjectStorage};
+use object_store::ObjectStore;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct FollowerConfig {
+    pub n: u64,
+    /// Local scratch directory: the stores' local caches.
+    pub dir: PathBuf,
+    pub json: Option<PathBuf>,
+    /// The bucket on the server the `AWS_*` variables name; `None`: an
+    /// in-memory store of this process's own.
+    pub bucket: Option<String>,
+    /// Writer threads during the lag measurement.
+    pub writers: u64,
+    /// How long the lag measurement runs.
+    pub write_seconds: f64,
+    /// Random reads of each pass (at most n).
+    pub reads: u64,
+    /// Takeovers on command, and after the writer's death.
+    pub takeovers: u64,
+    pub kill_takeovers: u64,
+    /// The standby's `take_over_after` in step 5 (at least 1.5 s).
+    pub take_over_after: Duration,
+}
+
+fn err(what: &str, e: impl std::fmt::Display) -> BenchError {
+    BenchError(format!("{what}: {e}"))
+}
+
+/// Opens stores under one prefix of one client, each with a cache of its own.
+struct Place {
+    client: Arc<dyn ObjectStore>,
+    prefix: String,
+    dir: PathBuf,
+    opened: std::cell::Cell<u32>,
+}
+
+impl Place {
+    fn storage(&self, read_only: bool) -> Result<Arc<ObjectStorage>, BenchError> {
+        let i = self.opened.get();
+        self.opened.set(i + 1);
+        let cache = self.dir.join(format!("cache-{i}"));
+        std::fs::create_dir_all(&cache)
+            .map_err(|e| io_err(format!("create {}", cache.display()), e))?;
+        let config = Config {
+            cache_dir: Some(cache),
+            read_only,
+            ..Config::default()
+        };
+        ObjectStorage::open(self.client.clone(), &self.prefix, &self.prefix, config)
+            .map(Arc::new)
+            .map_err(|e| err("open on the object store", e))
+    }
+
+    fn writer(&self) -> Result<Db, BenchError> {
+        Db::open_with_storage(self.storage(false)?, Options::default()).map_err(|e| err("open", e))
+    }
+
+    fn follower(&self, take_over_after: Option<Duration>) -> Result<Db, BenchError> {
+        let opts = Options {
+            take_over_after,
+            ..Options::default()
+        };
+        Db::follow_with_storage(self.storage(true)?, opts).map_err(|e| err("follow", e))
+    }
+}
+
+/// The nearest-rank `p`-th percentile (0-100) of `v`, in microseconds.
+fn percentile_us(v: &[Duration], p: f64) -> Option<f64> {
+    let mut nanos: Vec<u64> = v.iter().map(|d| d.as_nanos() as u64).collect();
+    nanos.sort_unstable();
+    percentile(&nanos, p)
+}
+
+pub fn run(cfg: &FollowerConfig, out: &mut dyn Write) -> Result<Vec<Record>, BenchError> {
+    prepare_dir(&cfg.dir)?;
+    let client: Arc<dyn ObjectStore> = match &cfg.bucket {
+        Some(bucket) => Arc::new(
+            object_store::aws::AmazonS3Builder::from_env()
+                .with_bucket_name(bucket)
+                .build()
+                .map_err(|e| err(&format!("S3 client for bucket {bucket}"), e))?,
+        ),
+        None => Arc::new(object_store::memory::InMemory::new()),
+    };
+    let place = Place {
+        client,
+        prefix: format!("bench-followers-{:08x}", rand::random::<u32>()),
+        dir: cfg.dir.clone(),
+        opened: std::cell::Cell::new(0),
+    };
+    let mut records = Vec::new();
+    let say = |out: &mut dyn Write, line: String| {
+        let _ = writeln!(out, "{line}");
+        let _ = out.flush();
+    };
+    let record = |workload: &str| Record::new("kivi", workload, cfg.n, 1);
+
+    // 1. Load.
+    let mut writer = place.writer()?;
+    for start in (0..cfg.n).step_by(1000) {
+        let mut b = WriteBatch::new();
+        for i in start..(start + 1000).min(cfg.n) {
+            b.put(kv40::key(i), kv40::value(i, 0))
+                .map_err(|e| err("batch", e))?;
+        }
+        writer.write(b).map_err(|e| err("load", e))?;
+    }
+    let follower = place.follower(None)?;
+    follower.catch_up().map_err(|e| err("catch up", e))?;
+
+    // 2. Lag under concurrent writers.
+    let (lags, writes, secs) = lag(&writer, &follower, cfg)?;
+    let mut r = record(&format!("follower_lag_{}w", cfg.writers));
+    r.ops_per_sec = Some(writes as f64 / secs);
+    r.p50_us = percentile_us(&lags, 50.0);
+    r.p99_us = percentile_us(&lags, 99.0);
+    say(
+        out,
+        format!(
+            "follower lag, {} writers ({:.0} writes/s): p50 {:.1} ms, p99 {:.1} ms over {} markers",
+            cfg.writers,
+            r.ops_per_sec.unwrap_or(0.0),
+            r.p50_us.unwrap_or(0.0) / 1e3,
+            r.p99_us.unwrap_or(0.0) / 1e3,
+            lags.len()
+        ),
+    );
+    records.push(r);
+
+    // 3. Reads on the writer and on the follower.
+    follower.catch_up().map_err(|e| err("catch up", e))?;
+    let reads = cfg.reads.min(cfg.n).max(1);
+    for (name, db) in [("writer", &writer), ("follower", &follower)] {
+        let _ = read_pass(db, reads, cfg.n, 1)?;
+        let (rate, p50, p99) = read_pass(db, reads, cfg.n, 2)?;
+        let mut r = record(&format!("reads_on_{name}"));
+        r.ops_per_sec = Some(rate);
+        r.p50_us = Some(p50);
+        r.p99_us = Some(p99);
+        say(
+            out,
+            format!("random reads on the {name}: {rate:.0}/s, p50 {p50:.1} us, p99 {p99:.1} us"),
+        );
+        records.push(r);
+    }
+    drop(follower);
+
+    // 4. Takeovers on command, each promoted follower the next writer.
+    let mut took: Vec<Duration> = Vec::new();
+    for t in 0..cfg.takeovers {
+        let next = place.follower(None)?;
+        next.catch_up().map_err(|e| err("catch up", e))?;
+        writer
+            .put(format!("before-takeover-{t}").as_bytes(), b"x")
+            .map_err(|e| err("write", e))?;
+        let started = Instant::now();
+        next.promote().map_err(|e| err("promote", e))?;
+        next.put(format!("after-takeover-{t}").as_bytes(), b"x")
+            .map_err(|e| err("first write of the new writer", e))?;
+        took.push(started.elapsed());
+        if writer.put(b"stale", b"x").is_ok() {
+            return Err(BenchError("the old writer wrote after a takeover".into()));
+        }
+        writer = next;
+    }
+    if !took.is_empty() {
+        let mut r = record("takeover_on_command");
+        r.p50_us = percentile_us(&took, 50.0);
+        r.p99_us = percentile_us(&took, 99.0);
+        say(
+            out,
+            format!(
+                "takeover on command to the first acknowledged write: p50 {:.1} ms, p99 {:.1} ms over {} takeovers",
+                r.p50_us.unwrap_or(0.0) / 1e3,
+                r.p99_us.unwrap_or(0.0) / 1e3,
+                took.len()
+            ),
+        );
+        records.push(r);
+    }
+
+    // 5. Takeovers after the writer's death.
+    let mut beyond: Vec<Duration> = Vec::new();
+    for t in 0..cfg.kill_takeovers {
+        let standby = place.follower(Some(cfg.take_over_after))?;
+        writer
+            .put(format!("before-death-{t}").as_bytes(), b"x")
+            .map_err(|e| err("write", e))?;
+        // A lease renewed at least once with the standby watching.
+        std::thread::sleep(Duration::from_millis(1200));
+        drop(writer);
+        let died = Instant::now();
+        loop {
+            match standby.put(format!("after-death-{t}").as_bytes(), b"x") {
+                Ok(()) => break,
+                Err(kivi::Error::ReadOnly) if died.elapsed() < Duration::from_secs(30) => {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(e) => return Err(err("the standby's first write", e)),
+            }
+        }
+        beyond.push(died.elapsed());
+        writer = standby;
+    }
+    if !beyond.is_empty() {
+        let mut r = record("takeover_after_death");
+        r.p50_us = percentile_us(&beyond, 50.0);
+        r.p99_us = percentile_us(&beyond, 100.0);
+        say(
+            out,
+            format!(
+                "takeover after the writer's death (lease timeout {} ms) to the first acknowledged write: p50 {:.0} ms, worst {:.0} ms over {} deaths",
+                cfg.take_over_after.as_millis(),
+                r.p50_us.unwrap_or(0.0) / 1e3,
+                r.p99_us.unwrap_or(0.0) / 1e3,
+                beyond.len()
+            ),
+        );
+        records.push(r);
+    }
+    writer.close().map_err(|e| err("close", e))?;
+    if let Some(path) = &cfg.json {
+        let mut text = String::new();
+        for r in &records {
+            text.push_str(&serde_json::to_string(r).expect("records serialize"));
+            text.push('\n');
+        }
+        std::fs::write(path, text).map_err(|e| io_err(format!("write {}", path.display()), e))?;
+    }
+    Ok(records)
+}
+
+/// Step 2: returns each marker's lag, the writes the load made, and the
+/// seconds it ran.
+fn lag(
+    writer: &Db,
+    follower: &Db,
+    cfg: &FollowerConfig,
+) -> Result<(Vec<Duration>, u64, f64), BenchError> {
+    let stop = AtomicBool::new(false);
+    let (tx, rx) = mpsc::channel::<(u64, Instant)>();
+    let started = Instant::now();
+    let result: Result<(Vec<Duration>, u64), BenchError> = std::thread::scope(|s| {
+        let load: Vec<_> = (0..cfg.writers)
+            .map(|w| {
+                let stop = &stop;
+                s.spawn(move || -> Result<u64, BenchError> {
+                    let mut rng = Rng::new(w + 1);
+                    let mut done = 0;
+                    while !stop.load(Ordering::Relaxed) {
+                        let i = rng.below(cfg.n.max(1));
+                        writer
+                            .put(&kv40::key(i), &kv40::value(i, done + 1))
+                            .map_err(|e| err("write", e))?;
+                        done += 1;
+                    }
+                    Ok(done)
+                })
+            })
+            .collect();
+        let marker = {
+            let stop = &stop;
+            s.spawn(move || -> Result<(), BenchError> {
+                let mut m = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    writer
+                        .put(format!("lag-marker-{m:08}").as_bytes(), b"m")
+                        .map_err(|e| err("marker", e))?;
+                    let _ = tx.send((m, Instant::now()));
+                    m += 1;
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Ok(())
+            })
+        };
+        let probe = s.spawn(move || -> Result<Vec<Duration>, BenchError> {
+            let mut lags = Vec::new();
+            for (m, acked) in rx {
+                let key = format!("lag-marker-{m:08}");
+                let give_up = acked + Duration::from_secs(30);
+                while follower
+                    .get(key.as_bytes())
+                    .map_err(|e| err("follower read", e))?
+                    .is_none()
+                {
+                    if Instant::now() > give_up {
+                        return Err(BenchError(format!("{key} never showed on the follower")));
+                    }
+                    std::thread::sleep(Duration::from_micros(100));
+                }
+                lags.push(acked.elapsed());
+            }
+            Ok(lags)
+        });
+        std::thread::sleep(Duration::from_secs_f64(cfg.write_seconds));
+        stop.store(true, Ordering::Relaxed);
+        let mut writes = 0;
+        for h in load {
+            writes += h.join().expect("writer thread")?;
+        }
+        marker.join().expect("marker thread")?;
+        let lags = probe.join().expect("probe thread")?;
+        Ok((lags, writes))
+    });
+    let (lags, writes) = result?;
+    Ok((lags, writes, started.elapsed().as_secs_f64()))
+}
+
+/// Random gets of keys among the n: reads/s, p50 and p99 in microseconds.
+fn read_pass(db: &Db, reads: u64, n: u64, seed: u64) -> Result<(f64, f64, f64), BenchError> {
+    let mut rng = Rng::new(seed);
+    let mut times = Vec::with_capacity(reads as usize);
+    let started = Instant::now();
+    let mut out = Vec::new();
+    for _ in 0..reads {
+        let i = rng.below(n);
+        let t = Instant::now();
+        if !db
+            .get_into(&kv40::key(i), &mut out)
+            .map_err(|e| err("read", e))?
+        {
+            return Err(BenchError(format!("key {i} missing")));
+        }
+        times.push(t.elapsed());
+    }
+    let rate = reads as f64 / started.elapsed().as_secs_f64();
+    let p = |q| percentile_us(&times, q).unwrap_or(0.0);
+    Ok((rate, p(50.0), p(99.0)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every step runs on an in-memory store and reports what it measured.
+    #[test]
+    fn the_suite_measures_lag_reads_and_takeovers() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = FollowerConfig {
+            n: 3_000,
+            dir: dir.path().join("followers"),
+            json: Some(dir.path().join("out.json")),
+            bucket: None,
+            writers: 4,
+            write_seconds: 0.3,
+            reads: 500,
+            takeovers: 3,
+            kill_takeovers: 1,
+            take_over_after: Duration::from_millis(1500),
+        };
+        let mut out = Vec::new();
+        let records = run(&cfg, &mut out).unwrap();
+        let names: Vec<&str> = records.iter().map(|r| r.workload.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "follower_lag_4w",
+                "reads_on_writer",
+                "reads_on_follower",
+                "takeover_on_command",
+                "takeover_after_death"
+            ]
+        );
+        for r in &records {
+            assert!(r.p50_us.is_some_and(|p| p > 0.0), "{r:?}");
+        }
+        assert!(records[0].ops_per_sec.is_some_and(|w| w > 0.0));
+        let lines = std::fs::read_to_string(dir.path().join("out.json")).unwrap();
+        assert_eq!(lines.lines().count(), 5);
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains("follower lag"), "{text}");
+    }
+}
