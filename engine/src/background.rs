@@ -85,6 +85,11 @@ pub(crate) fn run(
         if stop {
             break;
         }
+        if store.storage().is_fenced() {
+            // Another writer took over: nothing here may be written again,
+            // so there is nothing to merge, checkpoint or reclaim.
+            continue;
+        }
         let counters = store.counters();
         let v = store.current();
         let redo = v

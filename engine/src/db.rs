@@ -493,6 +493,20 @@ impl Db {
         self.store().storage().announce(note);
     }
 
+    /// Whether this writer was displaced by another (on an object store:
+    /// a takeover fenced it): it writes no more, and what it reads may be
+    /// behind the new writer. Cheap.
+    pub fn is_fenced(&self) -> bool {
+        self.store().storage().is_fenced()
+    }
+
+    /// The lease of the store's writer as it stands now (one request; on
+    /// an object store): for a writer that was fenced, where the new one
+    /// is. `None` where there is none.
+    pub fn writer_lease(&self) -> Result<Option<kivi_storage::WriterLease>> {
+        Ok(self.store().storage().writer_lease()?)
+    }
+
     /// Whether this is a follower: a read-only open that has not taken over.
     pub fn is_follower(&self) -> bool {
         self.inner().follower.is_some()

@@ -126,6 +126,6 @@ pub use stats::Stats;
 pub mod storage {
     pub use kivi_storage::{
         IoError, LocalDir, MemoryStorage, SegmentId, SegmentReader, SegmentWriter, StepHook,
-        Storage,
+        Storage, WriterLease,
     };
 }

@@ -135,6 +135,9 @@ struct Inner {
     read_only: AtomicBool,
     create_if_missing: bool,
     retired_grace: std::time::Duration,
+    /// `LogState::fenced` is set: read on every command by a server, so
+    /// without the log's lock.
+    fenced_flag: AtomicBool,
     /// What this writer's lease says besides who it is (`announce`).
     lease_note: Mutex<String>,
     /// The lease's renewing thread has started (a writer's, once).
@@ -335,6 +338,7 @@ impl ObjectStorage {
             read_only: AtomicBool::new(config.read_only),
             create_if_missing: config.create_if_missing,
             retired_grace: config.retired_grace,
+            fenced_flag: AtomicBool::new(false),
             lease_note: Mutex::new(String::new()),
             lease_started: std::sync::Once::new(),
             log: Mutex::new(LogState::default()),
@@ -1084,6 +1088,7 @@ impl Inner {
         };
         tracing::error!(store = %self.remote.label, "{why}");
         log.fenced = Some(why.clone());
+        self.fenced_flag.store(true, Ordering::Release);
         IoError::new(
             "write the log of",
             self.remote.label.clone(),
@@ -1302,6 +1307,7 @@ impl Inner {
                         );
                         tracing::error!(store = %self.remote.label, "{why}");
                         log.fenced = Some(why.clone());
+                        self.fenced_flag.store(true, Ordering::Release);
                         return Err(other("write the log of", self.remote.label.clone(), why));
                     }
                     found => return Err(self.fenced_by(log, &name, found.ok())),
@@ -1636,6 +1642,10 @@ impl Storage for ObjectStorage {
 
     fn announce(&self, note: &str) {
         *self.inner.lease_note.lock() = note.to_string();
+    }
+
+    fn is_fenced(&self) -> bool {
+        self.inner.fenced_flag.load(Ordering::Acquire)
     }
 
     fn writer_lease(&self) -> Result<Option<WriterLease>, IoError> {

@@ -273,6 +273,21 @@ fn cpu_seconds() -> (f64, f64) {
 /// poll (docs in ARCHITECTURE.md, "Followers").
 fn replication(shared: &Shared, st: Option<&kivi::Stats>) -> Vec<(&'static str, String)> {
     let seq = st.map_or(0, |st| st.seq);
+    if shared.db.is_fenced() {
+        // Displaced by a takeover: no longer the writer, and following
+        // nothing (its reads may be behind); where the writer is now.
+        let (host, port) = crate::fenced_writer_address(shared);
+        return vec![
+            ("role", "slave".into()),
+            ("master_host", host),
+            ("master_port", port.to_string()),
+            ("master_link_status", "down".into()),
+            ("slave_repl_offset", seq.to_string()),
+            ("slave_read_only", "1".into()),
+            ("connected_slaves", "0".into()),
+            ("kivi_fenced", "1".into()),
+        ];
+    }
     let Some(f) = shared.db.follower_status() else {
         return vec![
             ("role", "master".into()),

@@ -91,6 +91,16 @@ pub fn writer_address(f: &kivi::FollowerStatus) -> (String, u16) {
     }
 }
 
+/// For a writer another one fenced: where the writer is now, as its lease
+/// says (one request), as `writer_address` gives it.
+pub fn fenced_writer_address(shared: &Shared) -> (String, u16) {
+    let status = kivi::FollowerStatus {
+        writer_note: shared.db.writer_lease().ok().flatten().map(|l| l.note),
+        ..Default::default()
+    };
+    writer_address(&status)
+}
+
 /// Default `Config::output_timeout`.
 pub const DEFAULT_OUTPUT_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -173,6 +183,13 @@ impl Shared {
     /// takes over (REPLICAOF NO ONE, or on its own as a standby).
     pub fn is_follower(&self) -> bool {
         self.db.is_follower()
+    }
+
+    /// Whether writes are refused with READONLY: on a follower, and on a
+    /// writer another one fenced (a takeover), so that Redis clients look
+    /// for the writer again.
+    pub fn refuses_writes(&self) -> bool {
+        self.db.is_follower() || self.db.is_fenced()
     }
 
     /// REPLICAOF NO ONE: a follower takes over as the store's writer

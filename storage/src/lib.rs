@@ -142,8 +142,13 @@ pub trait Storage: Send + Sync + Debug {
     fn announce(&self, note: &str) {
         let _ = note;
     }
-    /// For a follower: the writer's lease as it stands now (`None`: no
-    /// writer has put one), one request.
+    /// For a writer: another writer took over (fenced it), so it writes no
+    /// more. Cheap (no lock): a server asks before every command.
+    fn is_fenced(&self) -> bool {
+        false
+    }
+    /// The writer's lease as it stands now (`None`: no writer has put one),
+    /// one request: for a follower, or a writer another one fenced.
     fn writer_lease(&self) -> Result<Option<WriterLease>, IoError> {
         Ok(None)
     }

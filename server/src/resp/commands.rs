@@ -994,6 +994,17 @@ async fn replicaof(shared: &Shared, args: &[Vec<u8>]) -> Result<Reply, Reply> {
 /// last commit it shows, and whose master is where the writer's lease says
 /// its clients reach it.
 fn role(shared: &Shared) -> Reply {
+    if shared.db.is_fenced() {
+        let (host, port) = crate::fenced_writer_address(shared);
+        let seq = shared.db.stats().map_or(0, |st| st.seq);
+        return Reply::Array(vec![
+            Reply::bulk(b"slave".to_vec()),
+            Reply::bulk(host.into_bytes()),
+            Reply::Int(i64::from(port)),
+            Reply::bulk(b"connect".to_vec()),
+            Reply::Int(seq as i64),
+        ]);
+    }
     match shared.db.follower_status() {
         None => {
             let seq = shared.db.stats().map_or(0, |st| st.seq);

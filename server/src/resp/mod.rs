@@ -260,7 +260,7 @@ pub async fn serve(mut stream: Box<dyn Stream>, peer: String, shared: Arc<Shared
             uncounted += 1;
             tally.note(&args[0]);
             if let Some(refusal) =
-                crate::auth::refusal(session.identity.as_ref(), args, shared.is_follower())
+                crate::auth::refusal(session.identity.as_ref(), args, shared.refuses_writes())
             {
                 if !refusal_logged {
                     refusal_logged = true;
@@ -269,7 +269,7 @@ pub async fn serve(mut stream: Box<dyn Stream>, peer: String, shared: Arc<Shared
                         command = %String::from_utf8_lossy(&args[0]),
                         reason = if session.identity.is_none() {
                             "not authenticated (NOAUTH)"
-                        } else if shared.is_follower() && crate::auth::writes_data(args) {
+                        } else if shared.refuses_writes() && crate::auth::writes_data(args) {
                             "a write on a follower (READONLY)"
                         } else {
                             "not permitted for the user's role (NOPERM)"
