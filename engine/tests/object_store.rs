@@ -9,10 +9,12 @@ use object_store::memory::InMemory;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-/// A writer with no followers: retired page segments go at once.
+/// A writer with no followers: retired page segments go at once, and no
+/// lease is renewed beside the requests counted.
 fn storage(store: &Arc<InMemory>) -> ObjectStorage {
     let config = Config {
         retired_grace: std::time::Duration::ZERO,
+        renew_lease: false,
         ..Config::default()
     };
     ObjectStorage::open(store.clone(), "db", "memory://db", config).unwrap()
@@ -445,8 +447,11 @@ fn a_crash_at_any_request_loses_nothing_acknowledged() {
                 _ => Fault::None,
             }
         }));
+        // Requests are counted to crash at the k-th: none from a lease
+        // renewed on its own clock.
         let config = Config {
             retry_delay: std::time::Duration::ZERO,
+            renew_lease: false,
             ..Config::default()
         };
         // A crash while the store opens: nothing was acknowledged.

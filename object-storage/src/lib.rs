@@ -102,6 +102,10 @@ pub struct Config {
     /// reference before deleting them, for followers still reading the
     /// tree before (default 10 s; see `Storage::retired_grace`).
     pub retired_grace: std::time::Duration,
+    /// Whether a writer renews its lease (`lease.rs`) every second: what a
+    /// standby watches. Off only where nobody follows and requests are
+    /// counted one by one (tests).
+    pub renew_lease: bool,
 }
 
 impl Default for Config {
@@ -113,6 +117,7 @@ impl Default for Config {
             retry_delay: std::time::Duration::from_millis(20),
             create_if_missing: true,
             retired_grace: std::time::Duration::from_secs(10),
+            renew_lease: true,
         }
     }
 }
@@ -135,6 +140,7 @@ struct Inner {
     read_only: AtomicBool,
     create_if_missing: bool,
     retired_grace: std::time::Duration,
+    renew_lease: bool,
     /// `LogState::fenced` is set: read on every command by a server, so
     /// without the log's lock.
     fenced_flag: AtomicBool,
@@ -338,6 +344,7 @@ impl ObjectStorage {
             read_only: AtomicBool::new(config.read_only),
             create_if_missing: config.create_if_missing,
             retired_grace: config.retired_grace,
+            renew_lease: config.renew_lease,
             fenced_flag: AtomicBool::new(false),
             lease_note: Mutex::new(String::new()),
             lease_started: std::sync::Once::new(),
@@ -449,6 +456,9 @@ impl Inner {
     /// `lease::RENEW_EVERY` (see `lease.rs`) until the storage is dropped
     /// or the writer is fenced.
     fn start_lease(me: &Arc<Inner>) {
+        if !me.renew_lease {
+            return;
+        }
         let weak = Arc::downgrade(me);
         me.lease_started.call_once(|| {
             std::thread::Builder::new()
