@@ -67,7 +67,10 @@ def test_info_has_redis_sections_and_fields(server):  # noqa: F811
                   "kivi_group_commits", "pairs", "file_bytes"]:
         assert field in info, field
     # One section alone.
-    assert set(r.info("replication")) == {"role", "connected_slaves"}
+    # A writer: Redis's master fields, its offset the last commit.
+    replication = r.info("replication")
+    assert set(replication) == {"role", "connected_slaves", "master_repl_offset"}
+    assert replication["master_repl_offset"] >= 0
 
 
 def test_used_memory_is_the_allocators_and_rss_the_oss(server):  # noqa: F811
