@@ -17,12 +17,12 @@
 //! behind that the writer deleted log it had not read.
 
 use crate::error::{Error, Result};
-use crate::recovery::recover;
+use crate::recovery::{recover, writes_of};
 use crate::store::Store;
 use crate::version::Version;
-use crate::write_buffer::{Write, WriteBuffer};
+use crate::write_buffer::WriteBuffer;
 use kivi_log::{
-    decode_record_at, read_header, CommitRecord, Corruption, OpRef, RecordType, SegmentKind,
+    decode_record_at, read_header, CommitRecord, Corruption, RecordType, SegmentKind,
     RECORD_HEADER_LEN, SEGMENT_HEADER_LEN,
 };
 use kivi_storage::SegmentId;
@@ -319,15 +319,7 @@ impl Follower {
                                 };
                                 buffer = WriteBuffer::default();
                             }
-                            let ops: Vec<Write> = d
-                                .ops
-                                .iter()
-                                .map(|op| match *op {
-                                    OpRef::Put(k, v, deadline) => (k, Some((v, deadline))),
-                                    OpRef::Delete(k) => (k, None),
-                                })
-                                .collect();
-                            buffer = buffer.with_group(&ops, store.run_spares());
+                            buffer = buffer.with_group(&writes_of(&d.ops), store.run_spares());
                             next.visible_seq = d.seq;
                             next.visible_log_bytes += total as u64;
                             tail.last_seq = d.seq;

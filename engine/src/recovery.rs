@@ -511,18 +511,21 @@ fn replay_log(chain: &[&Seg], ends: &[ScanEnd], log: &LogScan) -> Result<Replay>
             if decoded.clears {
                 replay.clear(seq);
             }
-            let ops: Vec<Write> = decoded
-                .ops
-                .iter()
-                .map(|op| match *op {
-                    OpRef::Put(k, v, deadline) => (k, Some((v, deadline))),
-                    OpRef::Delete(k) => (k, None),
-                })
-                .collect();
-            replay.commit(seq, &ops, rec.len);
+            replay.commit(seq, &writes_of(&decoded.ops), rec.len);
         }
     }
     Ok(replay)
+}
+
+/// A commit record's operations as the write buffer takes them (recovery's
+/// replay and a follower's both lay commits over the buffer).
+pub(crate) fn writes_of<'a>(ops: &[OpRef<'a>]) -> Vec<Write<'a>> {
+    ops.iter()
+        .map(|op| match *op {
+            OpRef::Put(k, v, deadline) => (k, Some((v, deadline))),
+            OpRef::Delete(k) => (k, None),
+        })
+        .collect()
 }
 
 /// Spare run arrays kept while replaying (see `SpareArrays`).
