@@ -26,6 +26,16 @@ fn reader_storage(store: Arc<dyn ObjectStore>) -> ObjectStorage {
     ObjectStorage::open(store, "db", "memory://db", config).unwrap()
 }
 
+/// A read-only open beside the writer, following only when told to
+/// (`catch_up`).
+fn read_only(store: Arc<dyn ObjectStore>) -> Db {
+    let opts = Options {
+        read_only: true,
+        ..small()
+    };
+    Db::open_with_storage(Arc::new(reader_storage(store)), opts).unwrap()
+}
+
 /// Small sizes, so that a few thousand writes roll segments, take
 /// checkpoints, clean page segments and delete commit segments.
 fn small() -> Options {
@@ -89,14 +99,7 @@ fn a_follower_catching_up_sees_every_commit_through_rolls_checkpoints_and_a_clea
     let memory: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let writer = Db::open_with_storage(Arc::new(writer_storage(memory.clone())), small()).unwrap();
     writer.put(b"first", b"1").unwrap();
-    let follower = Db::open_with_storage(
-        Arc::new(reader_storage(memory.clone())),
-        Options {
-            read_only: true,
-            ..small()
-        },
-    )
-    .unwrap();
+    let follower = read_only(memory.clone());
     let mut model = Model::new();
     model.insert(b"first".to_vec(), b"1".to_vec());
     assert_same(&follower, &model, "at open");
@@ -140,14 +143,7 @@ fn a_follower_far_behind_reads_the_store_again_when_its_log_was_deleted() {
     let writer = Db::open_with_storage(Arc::new(writer_storage(memory.clone())), small()).unwrap();
     let mut model = Model::new();
     writer.write(batch(0, &mut model)).unwrap();
-    let follower = Db::open_with_storage(
-        Arc::new(reader_storage(memory.clone())),
-        Options {
-            read_only: true,
-            ..small()
-        },
-    )
-    .unwrap();
+    let follower = read_only(memory.clone());
     let before = follower.follower_status().unwrap();
     // Many checkpoints later, the commit segments the follower stood in
     // and the log entries after its place are gone.
@@ -260,14 +256,7 @@ fn a_follower_never_shows_a_commit_the_writer_reported_failed() {
     }));
     let writer = Db::open_with_storage(Arc::new(writer_storage(faulty)), small()).unwrap();
     assert!(writer.commits_in_flight() > 1);
-    let follower = Db::open_with_storage(
-        Arc::new(reader_storage(memory.clone())),
-        Options {
-            read_only: true,
-            ..small()
-        },
-    )
-    .unwrap();
+    let follower = read_only(memory.clone());
     let model = Arc::new(Mutex::new(Model::new()));
     let mut failures = 0;
     for round in 0..40u64 {
@@ -397,14 +386,7 @@ fn a_follower_takes_over_with_every_acknowledged_write_and_the_old_writer_stops(
     follower.close().unwrap();
     drop(old);
     // A fresh reader finds everything.
-    let again = Db::open_with_storage(
-        Arc::new(reader_storage(memory)),
-        Options {
-            read_only: true,
-            ..small()
-        },
-    )
-    .unwrap();
+    let again = read_only(memory);
     assert_eq!(again.get(b"new").unwrap().as_deref(), Some(&b"writer"[..]));
     for k in acked.iter().step_by(7) {
         assert!(again.get(k).unwrap().is_some());
