@@ -23,6 +23,20 @@ bench/setup.sh
 # built by `go install` on first use; started now, the build runs beside the
 # Rust ones instead of after them.
 mkdir -p target
+# Scratch space for the benchmark smokes and the S3 server, removed at the
+# end. A failed run says how much disk was left: a full disk makes the
+# stores under test fail in their own ways (RocksDB aborts on an assertion).
+scratch=$(mktemp -d)
+finish() {
+    status=$?
+    [ -f "$scratch/s3/pid" ] && kill "$(cat "$scratch/s3/pid")" 2>/dev/null
+    if [ "$status" -ne 0 ]; then
+        echo "test.sh: failed (exit $status); disk left:" >&2
+        df -h . "$scratch" >&2 || true
+    fi
+    rm -rf "$scratch"
+}
+trap finish EXIT
 tests/s3/versitygw.sh install >target/versitygw-install.log 2>&1 &
 versitygw_install=$!
 
@@ -57,10 +71,19 @@ done
 cargo publish --dry-run --allow-dirty --locked --quiet "${published[@]/#/--package=}"
 RUSTDOCFLAGS=-Dwarnings cargo doc --no-deps --locked --quiet "${published[@]/#/--package=}"
 cargo test --workspace --locked --features kivi-cli/peers,kivi-bench/peers
+# The kivi those tests ran (optimized, with debug assertions, with the
+# benchmark suite and every peer): the server, Python-free S3 and
+# benchmark steps below run it too. A copy: the next step builds a plain
+# kivi in its place.
+kivi=$scratch/kivi
+cp target/debug/kivi "$kivi"
 # The kivi a plain build makes, without the benchmark suite: lint-clean, and
-# `kivi bench` there says how to get it.
+# `kivi bench` there says how to get it. (Built beside the whole workspace
+# with the peers' features, so that only kivi-cli builds again: on its
+# own, -p kivi-cli unifies its dependencies' features differently, and
+# ~30 crates build a second time.)
 cargo clippy -p kivi-cli --all-targets --locked -- -D warnings
-cargo test -p kivi-cli --locked --test cli -- bench_without_the_suite help_lists
+cargo test --workspace --locked --features kivi-bench/peers --test cli -- bench_without_the_suite help_lists
 # The server with redis-py, redis-cli and redis-benchmark. Their Python
 # packages go into a virtual environment of the repository's own: stock
 # Debian's Python refuses `pip install` into the system (PEP 668).
@@ -68,38 +91,38 @@ venv=target/test-venv
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 "$venv/bin/python" -c 'import redis, pytest, cachelib, prometheus_client' 2>/dev/null ||
     "$venv/bin/python" -m pip install --quiet 'redis>=5' pytest cachelib prometheus_client
-cargo build --release --locked --quiet -p kivi-cli --features peers
-KIVI_BIN=target/release/kivi "$venv/bin/python" -m pytest -q tests/server
+KIVI_BIN=$kivi "$venv/bin/python" -m pytest -q tests/server
 # The Python package (python/), built by the venv's maturin (on PATH for
 # pip's build step; no isolated build environment to fetch each time) from
-# this checkout into the same venv: ~26 s on 2 cores after the release
-# build above (the engine's crates build again for it: the dependency
-# features differ), ~2 s when nothing changed; its tests ~2 s.
+# this checkout into the same venv, unoptimized (the dev profile: the
+# engine's crates build again for it, the dependency features differ;
+# optimized, they took longer than all its tests and the benchmark smoke
+# together), ~2 s when nothing changed; its tests ~5 s.
 "$venv/bin/python" -c 'import maturin' 2>/dev/null ||
     "$venv/bin/python" -m pip install --quiet 'maturin>=1.9,<2'
-PATH="$PWD/$venv/bin:$PATH" "$venv/bin/python" -m pip install --quiet --no-build-isolation ./python
+PATH="$PWD/$venv/bin:$PATH" MATURIN_PEP517_ARGS="--profile dev" "$venv/bin/python" -m pip install --quiet --no-build-isolation ./python
 "$venv/bin/python" -m pytest -q -p no:cacheprovider python/tests
 # The Python benchmark works, beside plyvel, rocksdict and py-lmdb (tiny;
 # wheels from PyPI into the same venv).
 "$venv/bin/python" -c 'import plyvel, rocksdict, lmdb' 2>/dev/null ||
     "$venv/bin/python" -m pip install --quiet plyvel rocksdict lmdb
-"$venv/bin/python" bench/python/compare.py --n 10000 --dir "$(mktemp -d)/bench-python" >/dev/null
+"$venv/bin/python" bench/python/compare.py --n 10000 --dir "$scratch/bench-python" >/dev/null
 # kivi on a real S3-compatible server: versitygw, whose atomic conditional
 # puts the start script checks first (tests/s3/versitygw.sh).
 wait "$versitygw_install" || { cat target/versitygw-install.log >&2; exit 1; }
-s3dir=$(mktemp -d)
+s3dir=$scratch/s3
+mkdir "$s3dir"
 tests/s3/versitygw.sh start "$s3dir"
-trap 'kill "$(cat "$s3dir/pid")" 2>/dev/null || true' EXIT
-(. "$s3dir/env" && KIVI_BIN=target/release/kivi "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/s3)
+(. "$s3dir/env" && KIVI_BIN=$kivi "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/s3)
 # The object-store benchmark suite works on the same server, kivi alone (the
-# release kivi above; SlateDB is a feature of its own, left out here): every
+# kivi the tests ran; SlateDB is a feature of its own, left out here): every
 # step, as small as it goes (about 3.5 s).
-(. "$s3dir/env" && target/release/kivi bench --object-store -n 2000 --ops 200 \
-    --write-seconds 0.2 --delay-ms 1 --dir "$(mktemp -d)/bench-object")
+(. "$s3dir/env" && $kivi bench --object-store -n 2000 --ops 200 \
+    --write-seconds 0.2 --delay-ms 1 --dir "$scratch/bench-object")
 # The benchmark suite works, on every store (a tiny run; real numbers come
 # from docs/benchmarks.md).
-cargo run --release --locked --quiet -p kivi-cli --features peers -- \
-    bench --stores kivi,lmdb,rocksdb,leveldb,redb,fjall -n 10000 --dir "$(mktemp -d)/bench"
+# Each timed workload stops after a second (durable single puts, 10,000 of
+# them, took 30 s a store where fdatasync is slow).
+$kivi bench --stores kivi,lmdb,rocksdb,leveldb,redb,fjall -n 10000 --max-seconds 1 --dir "$scratch/bench"
 # The sealed-table benchmark works (sparkey's workload, tiny).
-cargo run --release --locked --quiet -p kivi-cli --features peers -- \
-    bench --tables -n 10000 --lookups 10000 --dir "$(mktemp -d)/bench-tables"
+$kivi bench --tables -n 10000 --lookups 10000 --dir "$scratch/bench-tables"

@@ -48,7 +48,7 @@ KIVI_CAMPAIGN_SEED reruns the one trial of that seed (the
 seed picks the fault, its timing, the clients' choices; the interleaving
 with the servers is not reproducible, so rerun a few times). Run by test.sh
 with the environment versitygw.sh writes:
-KIVI_BIN=target/release/kivi python3 -m pytest tests/s3
+KIVI_BIN=target/debug/kivi python3 -m pytest tests/s3
 """
 
 import collections

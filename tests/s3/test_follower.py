@@ -4,7 +4,7 @@ order, refuses writes as a Redis replica does, and says what it is (ROLE,
 INFO replication).
 
 Run by test.sh with the environment versitygw.sh writes:
-KIVI_BIN=target/release/kivi python3 -m pytest tests/s3
+KIVI_BIN=target/debug/kivi python3 -m pytest tests/s3
 """
 
 import threading

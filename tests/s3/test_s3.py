@@ -4,7 +4,7 @@ load loses nothing it acknowledged; a paused writer resumed after another
 took over commits nothing more.
 
 Run by test.sh with the environment versitygw.sh writes:
-KIVI_BIN=target/release/kivi python3 -m pytest tests/s3
+KIVI_BIN=target/debug/kivi python3 -m pytest tests/s3
 """
 
 import os

@@ -5,7 +5,7 @@ libraries that rely on them (redis-py's Lock, a rate limiter in MULTI,
 cachelib's RedisCache, which Flask-Caching and Flask-Session store through).
 The answers expected are Redis 7's.
 
-Run by test.sh: KIVI_BIN=target/release/kivi python3 -m pytest tests/server
+Run by test.sh: KIVI_BIN=target/debug/kivi python3 -m pytest tests/server
 """
 
 import os

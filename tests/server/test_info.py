@@ -2,7 +2,7 @@
 real key, and the other data types' commands get one clear error: against
 `kivi serve` through redis-py.
 
-Run by test.sh: KIVI_BIN=target/release/kivi python3 -m pytest tests/server
+Run by test.sh: KIVI_BIN=target/debug/kivi python3 -m pytest tests/server
 """
 
 import contextlib

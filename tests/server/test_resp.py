@@ -2,7 +2,7 @@
 redis-cli and redis-benchmark (Debian's redis-tools). Each test starts a
 real server process on a temporary store.
 
-Run by test.sh: KIVI_BIN=target/release/kivi python3 -m pytest tests/server
+Run by test.sh: KIVI_BIN=target/debug/kivi python3 -m pytest tests/server
 """
 
 import os

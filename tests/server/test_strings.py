@@ -1,7 +1,7 @@
 """The string and keyspace commands against `kivi serve`, through redis-py,
 checked against what Redis answers (the values below are Redis 7's).
 
-Run by test.sh: KIVI_BIN=target/release/kivi python3 -m pytest tests/server
+Run by test.sh: KIVI_BIN=target/debug/kivi python3 -m pytest tests/server
 """
 
 import pytest

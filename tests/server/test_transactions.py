@@ -1,7 +1,7 @@
 """MULTI / EXEC / DISCARD / WATCH against `kivi serve`, through redis-py
 and raw RESP: Redis's semantics, one atomic durable commit per EXEC.
 
-Run by test.sh: KIVI_BIN=target/release/kivi python3 -m pytest tests/server
+Run by test.sh: KIVI_BIN=target/debug/kivi python3 -m pytest tests/server
 """
 
 import os
