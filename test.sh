@@ -119,6 +119,11 @@ tests/s3/versitygw.sh start "$s3dir"
 # step, as small as it goes (about 3.5 s).
 (. "$s3dir/env" && $kivi bench --object-store -n 2000 --ops 200 \
     --write-seconds 0.2 --delay-ms 1 --dir "$scratch/bench-object")
+# The follower suite works on the same server: lag under 8 writers for
+# half a second, three takeovers on command, one after the writer's death
+# (about 5 s).
+(. "$s3dir/env" && $kivi bench --followers -n 2000 --ops 200 --writers 8 --write-seconds 0.5 \
+    --takeovers 3 --kill-takeovers 1 --dir "$scratch/bench-followers")
 # The benchmark suite works, on every store (a tiny run; real numbers come
 # from docs/benchmarks.md).
 # Each timed workload stops after a second (durable single puts, 10,000 of
