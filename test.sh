@@ -30,6 +30,7 @@ scratch=$(mktemp -d)
 finish() {
     status=$?
     [ -f "$scratch/s3/pid" ] && kill "$(cat "$scratch/s3/pid")" 2>/dev/null
+    [ -n "${memory_limit:-}" ] && kill "$memory_limit" 2>/dev/null
     if [ "$status" -ne 0 ]; then
         echo "test.sh: failed (exit $status); disk left:" >&2
         df -h . "$scratch" >&2 || true
@@ -72,18 +73,22 @@ cargo publish --dry-run --allow-dirty --locked --quiet "${published[@]/#/--packa
 RUSTDOCFLAGS=-Dwarnings cargo doc --no-deps --locked --quiet "${published[@]/#/--package=}"
 cargo test --workspace --locked --features kivi-cli/peers,kivi-bench/peers
 # The kivi those tests ran (optimized, with debug assertions, with the
-# benchmark suite and every peer): the server, Python-free S3 and
-# benchmark steps below run it too. A copy: the next step builds a plain
-# kivi in its place.
+# benchmark suite and every peer): the server, S3 and benchmark steps below
+# run it too (a copy: the last step builds a plain kivi in its place).
 kivi=$scratch/kivi
 cp target/debug/kivi "$kivi"
-# The kivi a plain build makes, without the benchmark suite: lint-clean, and
-# `kivi bench` there says how to get it. (Built beside the whole workspace
-# with the peers' features, so that only kivi-cli builds again: on its
-# own, -p kivi-cli unifies its dependencies' features differently, and
-# ~30 crates build a second time.)
-cargo clippy -p kivi-cli --all-targets --locked -- -D warnings
-cargo test --workspace --locked --features kivi-bench/peers --test cli -- bench_without_the_suite help_lists
+# The memory-limit tests (cli/tests/memory_limit.rs, ignored by a plain
+# cargo test: three minutes of a kivi in a memory cgroup) run in the
+# background, beside the steps below that mostly wait on servers.
+memory_test=$(cargo test --workspace --locked --features kivi-cli/peers,kivi-bench/peers \
+    --test memory_limit --no-run --message-format=json 2>/dev/null |
+    python3 -c 'import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("executable") and m["target"]["name"] == "memory_limit":
+        print(m["executable"])')
+"$memory_test" --ignored >"$scratch/memory_limit.log" 2>&1 &
+memory_limit=$!
 # The server with redis-py, redis-cli and redis-benchmark. Their Python
 # packages go into a virtual environment of the repository's own: stock
 # Debian's Python refuses `pip install` into the system (PEP 668).
@@ -131,3 +136,14 @@ tests/s3/versitygw.sh start "$s3dir"
 $kivi bench --stores kivi,lmdb,rocksdb,leveldb,redb,fjall -n 10000 --max-seconds 1 --dir "$scratch/bench"
 # The sealed-table benchmark works (sparkey's workload, tiny).
 $kivi bench --tables -n 10000 --lookups 10000 --dir "$scratch/bench-tables"
+# The memory-limit tests, started after cargo test above.
+wait "$memory_limit" || { cat "$scratch/memory_limit.log" >&2; exit 1; }
+grep -E "^test result" "$scratch/memory_limit.log"
+# The kivi a plain build makes, without the benchmark suite: lint-clean, and
+# `kivi bench` there says how to get it. Last: it builds kivi again in the
+# place of the one the tests above ran. (Built beside the whole workspace
+# with the peers' features, so that only kivi-cli builds again: on its
+# own, -p kivi-cli unifies its dependencies' features differently, and
+# ~30 crates build a second time.)
+cargo clippy -p kivi-cli --all-targets --locked -- -D warnings
+cargo test --workspace --locked --features kivi-bench/peers --test cli -- bench_without_the_suite help_lists
