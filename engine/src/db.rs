@@ -406,7 +406,7 @@ impl Db {
             interval: opts.follow_interval,
             take_over_after: opts.take_over_after,
             take_over: Box::new(move || match handle.upgrade() {
-                Some(handle) => Db { handle }.promote(),
+                Some(handle) => Db { handle }.promote_on_lease(),
                 None => Err(Error::Closed),
             }),
         }
@@ -440,7 +440,24 @@ impl Db {
     /// if it fails otherwise, the store goes on following (whether the
     /// fence was made or not: a fenced writer stops writing either way).
     pub fn promote(&self) -> Result<()> {
-        let _one = self.handle.promoting.lock();
+        self.promote_holding(self.handle.promoting.lock())
+    }
+
+    /// A standby's takeover, on its polling thread, once the writer's
+    /// lease went unrenewed. A promote already under way (`REPLICAOF NO
+    /// ONE` sent as the lease ran out) stops this thread and waits for it
+    /// to end: waiting here for that promote's lock would wait forever
+    /// (two standbys of the safety campaign did). That promote takes over
+    /// instead.
+    fn promote_on_lease(&self) -> Result<()> {
+        match self.handle.promoting.try_lock() {
+            Some(one) => self.promote_holding(one),
+            None => Ok(()),
+        }
+    }
+
+    /// `promote`, once this is the one promote under way (`_one`).
+    fn promote_holding(&self, _one: parking_lot::MutexGuard<'_, ()>) -> Result<()> {
         let old = self.handle.inner.load_full();
         let Some(follower) = old.follower.clone() else {
             return Err(Error::NotAFollower);

@@ -450,3 +450,75 @@ fn a_standby_takes_over_once_the_writers_lease_goes_unrenewed() {
     );
     standby.close().unwrap();
 }
+
+/// A promote (`REPLICAOF NO ONE`) made while the standby's polling thread
+/// is deciding to take over on its own, as the lease runs out: one of them
+/// takes over, and neither waits for the other forever. (The promote stops
+/// the polling thread and waits for it to end; the thread, taking over,
+/// waited for the promote's lock: two standbys of the safety campaign hung
+/// so.) The standby's reads of the lease are made slow near the timeout,
+/// so that the promote comes while the thread is inside one.
+#[test]
+fn a_promote_as_the_lease_runs_out_takes_over_once_without_waiting_forever() {
+    use kivi_object_storage::faults::{Fault, FaultyStore, Op};
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let memory: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let slow_lease = Arc::new(AtomicBool::new(false));
+    let plan_slow = slow_lease.clone();
+    let faulty = Arc::new(FaultyStore::new(memory.clone(), move |op, path| {
+        match op == Op::Get && path.ends_with("lease") && plan_slow.load(Ordering::Relaxed) {
+            true => Fault::Slow(Duration::from_millis(400)),
+            false => Fault::None,
+        }
+    }));
+    let writer = Db::open_with_storage(Arc::new(writer_storage(memory.clone())), small()).unwrap();
+    let config = Config {
+        read_only: true,
+        ..Config::default()
+    };
+    let storage = ObjectStorage::open(faulty, "db", "memory://db", config).unwrap();
+    let standby = Db::follow_with_storage(
+        Arc::new(storage),
+        Options {
+            follow_interval: Duration::from_millis(5),
+            take_over_after: Some(Duration::from_millis(1500)),
+            ..small()
+        },
+    )
+    .unwrap();
+    let mut model = Model::new();
+    for round in 0..20 {
+        writer.write(batch(round, &mut model)).unwrap();
+    }
+    // A renewal seen, then the writer goes.
+    std::thread::sleep(Duration::from_millis(1200));
+    drop(writer);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while standby.follower_status().unwrap().lease_unchanged_ms < 1250 {
+        assert!(Instant::now() < deadline, "the lease never aged");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    // The thread's next read of the lease ends past the timeout.
+    slow_lease.store(true, Ordering::Relaxed);
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(standby.is_follower());
+    let (done, answer) = std::sync::mpsc::channel();
+    let promoting = standby.clone();
+    std::thread::spawn(move || {
+        let _ = done.send(promoting.promote());
+    });
+    let promoted = answer
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the promote and the standby's own takeover waited for each other");
+    // Whichever came first took over; the other found a writer.
+    assert!(
+        matches!(promoted, Ok(()) | Err(Error::NotAFollower)),
+        "{promoted:?}"
+    );
+    slow_lease.store(false, Ordering::Relaxed);
+    assert!(!standby.is_follower());
+    assert_same(&standby, &model, "after the takeover");
+    standby.put(b"after", b"takeover").unwrap();
+    standby.close().unwrap();
+}
