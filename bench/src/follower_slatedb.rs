@@ -76,6 +76,9 @@ struct Phase {
     gave_up: Option<(u64, u64)>,
 }
 
+/// What the probe returns: each marker's lag, and [`Phase::gave_up`].
+type Probed = (Vec<Duration>, Option<(u64, u64)>);
+
 /// Loads kv40 pairs 0..n into a SlateDB writer under `{prefix}-slatedb` of
 /// `client`, then measures the lag of a `DbReader` with the default poll
 /// interval and with 100 ms, printing a line for each; returns their
@@ -248,29 +251,27 @@ fn measure(
                 Ok(())
             })
         };
-        let probe = s.spawn(
-            move || -> Result<(Vec<Duration>, Option<(u64, u64)>), BenchError> {
-                let mut lags = Vec::new();
-                let mut rx = rx.into_iter();
-                while let Some((m, acked)) = rx.next() {
-                    let key = format!("lag-marker-{tag}-{m:08}");
-                    let give_up = acked + GIVE_UP;
-                    while rt
-                        .block_on(reader.get(key.as_bytes()))
-                        .map_err(|e| err("reader read", e))?
-                        .is_none()
-                    {
-                        if Instant::now() > give_up {
-                            // The rest are counted, not waited for.
-                            return Ok((lags, Some((m, rx.count() as u64))));
-                        }
-                        std::thread::sleep(Duration::from_micros(100));
+        let probe = s.spawn(move || -> Result<Probed, BenchError> {
+            let mut lags = Vec::new();
+            let mut rx = rx.into_iter();
+            while let Some((m, acked)) = rx.next() {
+                let key = format!("lag-marker-{tag}-{m:08}");
+                let give_up = acked + GIVE_UP;
+                while rt
+                    .block_on(reader.get(key.as_bytes()))
+                    .map_err(|e| err("reader read", e))?
+                    .is_none()
+                {
+                    if Instant::now() > give_up {
+                        // The rest are counted, not waited for.
+                        return Ok((lags, Some((m, rx.count() as u64))));
                     }
-                    lags.push(acked.elapsed());
+                    std::thread::sleep(Duration::from_micros(100));
                 }
-                Ok((lags, None))
-            },
-        );
+                lags.push(acked.elapsed());
+            }
+            Ok((lags, None))
+        });
         std::thread::sleep(Duration::from_secs_f64(seconds));
         stop.store(true, Ordering::Relaxed);
         let mut writes = 0;
