@@ -164,6 +164,19 @@ pub fn run(cfg: &FollowerConfig, out: &mut dyn Write) -> Result<Vec<Record>, Ben
         ),
     );
     records.push(r);
+    // SlateDB's read replica, measured the same way (follower_slatedb.rs).
+    #[cfg(feature = "slatedb")]
+    records.extend(crate::follower_slatedb::lag(
+        cfg,
+        &place.client,
+        &place.prefix,
+        out,
+    )?);
+    #[cfg(not(feature = "slatedb"))]
+    say(
+        out,
+        "(SlateDB is not in this build: no reader lag beside kivi's; build with --features slatedb for it)".into(),
+    );
 
     // 3. Reads on the writer and on the follower.
     follower.catch_up().map_err(|e| err("catch up", e))?;
@@ -394,24 +407,33 @@ mod tests {
         };
         let mut out = Vec::new();
         let records = run(&cfg, &mut out).unwrap();
-        let names: Vec<&str> = records.iter().map(|r| r.workload.as_str()).collect();
-        assert_eq!(
-            names,
-            [
-                "follower_lag_4w",
-                "reads_on_writer",
-                "reads_on_follower",
-                "takeover_on_command",
-                "takeover_after_death"
-            ]
-        );
+        let names: Vec<(&str, &str)> = records
+            .iter()
+            .map(|r| (r.store.as_str(), r.workload.as_str()))
+            .collect();
+        let mut expected = vec![("kivi", "follower_lag_4w")];
+        // SlateDB's reader lag after kivi's, its default poll interval first.
+        #[cfg(feature = "slatedb")]
+        expected.extend([
+            ("slatedb-reader-10s", "follower_lag_4w"),
+            ("slatedb-reader-100ms", "follower_lag_4w"),
+        ]);
+        expected.extend([
+            ("kivi", "reads_on_writer"),
+            ("kivi", "reads_on_follower"),
+            ("kivi", "takeover_on_command"),
+            ("kivi", "takeover_after_death"),
+        ]);
+        assert_eq!(names, expected);
         for r in &records {
             assert!(r.p50_us.is_some_and(|p| p > 0.0), "{r:?}");
+            assert!(r.failure.is_none(), "{r:?}");
         }
         assert!(records[0].ops_per_sec.is_some_and(|w| w > 0.0));
         let lines = std::fs::read_to_string(dir.path().join("out.json")).unwrap();
-        assert_eq!(lines.lines().count(), 5);
+        assert_eq!(lines.lines().count(), records.len());
         let text = String::from_utf8(out).unwrap();
         assert!(text.contains("follower lag"), "{text}");
+        assert!(text.contains("SlateDB"), "{text}");
     }
 }

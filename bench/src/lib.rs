@@ -10,6 +10,8 @@
 
 pub mod cgroup;
 pub mod counting;
+#[cfg(feature = "slatedb")]
+mod follower_slatedb;
 pub mod follower_suite;
 pub mod kv40;
 pub mod kvlds_client;

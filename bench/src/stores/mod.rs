@@ -19,7 +19,7 @@ mod redb;
 #[cfg(feature = "peers")]
 mod rocksdb;
 #[cfg(feature = "slatedb")]
-mod slatedb;
+pub(crate) mod slatedb;
 
 /// An error from a store, in words.
 #[derive(Debug)]

@@ -36,6 +36,24 @@ pub const KIND: ObjectKind = ObjectKind {
     local: false,
 };
 
+/// The writer's settings, here and in the follower suite's SlateDB lag
+/// (follower_slatedb.rs): defaults but for the flush interval and the
+/// local disk cache in `cache_dir`.
+pub(crate) fn settings(cache_dir: &Path) -> Settings {
+    Settings {
+        flush_interval: Some(FLUSH_INTERVAL),
+        // Like kivi's cache: on local disk, emptied for a fresh open,
+        // holding what the store wrote as well as what it read.
+        object_store_cache_options: ObjectStoreCacheOptions {
+            root_folder: Some(cache_dir.to_path_buf()),
+            max_cache_size_bytes: Some(CACHE_BYTES),
+            cache_on_flush: true,
+            ..ObjectStoreCacheOptions::default()
+        },
+        ..Settings::default()
+    }
+}
+
 struct Slate {
     db: Db,
     rt: Handle,
@@ -47,20 +65,12 @@ fn open(
     cache_dir: &Path,
     runtime: &Handle,
 ) -> Result<Box<dyn ObjectKv>> {
-    let settings = Settings {
-        flush_interval: Some(FLUSH_INTERVAL),
-        // Like kivi's cache: on local disk, emptied for a fresh open,
-        // holding what the store wrote as well as what it read.
-        object_store_cache_options: ObjectStoreCacheOptions {
-            root_folder: Some(cache_dir.to_path_buf()),
-            max_cache_size_bytes: Some(CACHE_BYTES),
-            cache_on_flush: true,
-            ..ObjectStoreCacheOptions::default()
-        },
-        ..Settings::default()
-    };
     let db = runtime
-        .block_on(Db::builder(prefix, store).with_settings(settings).build())
+        .block_on(
+            Db::builder(prefix, store)
+                .with_settings(settings(cache_dir))
+                .build(),
+        )
         .map_err(|e| err("slatedb", e))?;
     Ok(Box::new(Slate {
         db,
