@@ -29,6 +29,7 @@ mkdir -p target
 scratch=$(mktemp -d)
 finish() {
     status=$?
+    set +e # (under set -e a failed kill of what already ended would exit here)
     [ -f "$scratch/s3/pid" ] && kill "$(cat "$scratch/s3/pid")" 2>/dev/null
     [ -n "${memory_limit:-}" ] && kill "$memory_limit" 2>/dev/null
     if [ "$status" -ne 0 ]; then
