@@ -104,7 +104,8 @@ pub struct Global {
     #[arg(long, value_name = "LEVEL", global = true)]
     log_level: Option<String>,
     /// For a store on an object store (-d s3://BUCKET/PREFIX): where its local cache of
-    /// objects lives, emptied at start [default: a temporary directory]
+    /// objects lives, emptied at start, one store at a time [default: a temporary
+    /// directory, removed at exit or, after a crash, by the next start]
     #[arg(long, value_name = "DIR", global = true)]
     pub object_cache_dir: Option<PathBuf>,
     /// For a store on an object store: the local cache's size in MiB [default: 1024]

@@ -61,7 +61,9 @@ pub struct Options {
     pub clock: crate::Clock,
     /// For a store on an object store ([`Db::open`](crate::Db::open) of an
     /// `s3://` URL): the directory of its local cache of objects, emptied
-    /// when the store opens (default: a temporary directory).
+    /// when the store opens; one open store at a time uses a directory
+    /// (default: a new temporary directory, removed when the store closes
+    /// or, after a crash, by the next store opened on this machine).
     pub object_cache_dir: Option<std::path::PathBuf>,
     /// For a store on an object store: the most bytes its local cache holds
     /// (default 1 GiB).

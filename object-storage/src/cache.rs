@@ -8,6 +8,12 @@
 //! open. It is filled by what this process writes and by what it reads. It
 //! starts empty: a store opened on a machine with no cache finds everything
 //! in the object store.
+//!
+//! A cache's directory holds a lock file, locked while the cache is open
+//! (the lock goes with the process, kill -9 included): two processes never
+//! share one cache file, and a cache in a temporary directory whose process
+//! died without removing it is found and removed by the next cache made in
+//! that temporary directory.
 
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
@@ -24,6 +30,17 @@ pub const BLOCK: u64 = 256 * 1024;
 
 /// The cache's file in its directory.
 const FILE_NAME: &str = "kivi-object-cache";
+
+/// The file locked while a cache is open, beside its file.
+const LOCK_NAME: &str = "kivi-object-cache.lock";
+
+/// How the temporary directories of caches made without a directory begin.
+const TEMP_PREFIX: &str = "kivi-cache-";
+
+/// A temporary cache directory is removed as stale only when its lock file
+/// is at least this old (and unlocked): one made a moment ago may not be
+/// locked yet.
+const STALE_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Which block of which object: a hash of the object's name, and the block.
 /// The slot keeps the name itself, so a hash collision is a miss, never
@@ -67,6 +84,8 @@ pub struct DiskCache {
     /// The slots' file; `None` when the cache holds nothing (capacity below
     /// one block).
     file: Option<File>,
+    /// Held (locked) while the cache is open; dropped before `_temp`.
+    _lock: File,
     /// Removed on drop when the cache made its own directory.
     _temp: Option<tempfile::TempDir>,
     state: Mutex<State>,
@@ -74,19 +93,47 @@ pub struct DiskCache {
 
 impl DiskCache {
     /// A cache in `dir` (its file started afresh: what an earlier process
-    /// left is not trusted), or in a temporary directory when `dir` is
-    /// `None`; holding at most `capacity` bytes.
+    /// left is not trusted), or in a new temporary directory when `dir` is
+    /// `None` (removing the ones of caches whose process died); holding at
+    /// most `capacity` bytes. Fails if another open cache uses `dir`.
     pub fn new(dir: Option<&Path>, capacity: u64) -> io::Result<DiskCache> {
+        Self::new_in(dir, &std::env::temp_dir(), capacity)
+    }
+
+    /// As `new`, with temporary directories made in `temp_root`.
+    fn new_in(dir: Option<&Path>, temp_root: &Path, capacity: u64) -> io::Result<DiskCache> {
         let (dir, temp) = match dir {
             Some(d) => {
                 fs::create_dir_all(d)?;
                 (d.to_path_buf(), None)
             }
             None => {
-                let t = tempfile::Builder::new().prefix("kivi-cache-").tempdir()?;
+                remove_stale(temp_root);
+                let t = tempfile::Builder::new()
+                    .prefix(TEMP_PREFIX)
+                    .tempdir_in(temp_root)?;
                 (t.path().to_path_buf(), Some(t))
             }
         };
+        let lock = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(dir.join(LOCK_NAME))?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(fs::TryLockError::WouldBlock) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::ResourceBusy,
+                    format!(
+                        "the object cache directory {} is in use by another open store \
+                         (give each its own directory)",
+                        dir.display()
+                    ),
+                ))
+            }
+            Err(fs::TryLockError::Error(e)) => return Err(e),
+        }
         let slots = (capacity / BLOCK).min(u32::MAX as u64) as u32;
         let file = if slots == 0 {
             None
@@ -107,6 +154,7 @@ impl DiskCache {
         };
         Ok(DiskCache {
             file,
+            _lock: lock,
             _temp: temp,
             state: Mutex::new(state),
         })
@@ -218,6 +266,40 @@ impl DiskCache {
     }
 }
 
+/// Removes the temporary directories in `root` of caches whose process is
+/// gone: their lock file is unlocked and older than `STALE_AFTER`. Failing
+/// to look or to remove only leaves them for the next time.
+fn remove_stale(root: &Path) {
+    let Ok(entries) = fs::read_dir(root) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        if !entry.file_name().to_string_lossy().starts_with(TEMP_PREFIX) {
+            continue;
+        }
+        let dir = entry.path();
+        let Ok(lock) = OpenOptions::new().write(true).open(dir.join(LOCK_NAME)) else {
+            continue; // not one of ours, or not locked yet
+        };
+        let old = lock
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age >= STALE_AFTER);
+        if old && lock.try_lock().is_ok() {
+            match fs::remove_dir_all(&dir) {
+                Ok(()) => {
+                    tracing::info!(dir = %dir.display(), "removed the object cache a process that ended without closing its store left")
+                }
+                Err(e) => {
+                    tracing::warn!(dir = %dir.display(), error = %e, "could not remove a stale object cache")
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -256,5 +338,55 @@ mod tests {
         cache.insert("a", 0, b"x");
         assert!(!cache.read("a", 0, 0, &mut [0u8; 1]));
         assert_eq!(cache.bytes(), 0);
+    }
+
+    #[test]
+    fn a_directory_holds_one_open_cache_at_a_time() {
+        let d = tempfile::tempdir().unwrap();
+        let first = DiskCache::new(Some(d.path()), 2 * BLOCK).unwrap();
+        let e = DiskCache::new(Some(d.path()), 2 * BLOCK).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::ResourceBusy);
+        assert!(e.to_string().contains("in use"), "{e}");
+        drop(first);
+        DiskCache::new(Some(d.path()), 2 * BLOCK).expect("free once the first closed");
+    }
+
+    #[test]
+    fn a_new_temporary_cache_removes_the_ones_dead_processes_left() {
+        let root = tempfile::tempdir().unwrap();
+        let made = |name: &str, age: std::time::Duration| {
+            let dir = root.path().join(name);
+            fs::create_dir(&dir).unwrap();
+            fs::write(dir.join(FILE_NAME), b"cached bytes").unwrap();
+            let lock = File::create(dir.join(LOCK_NAME)).unwrap();
+            lock.set_modified(std::time::SystemTime::now() - age)
+                .unwrap();
+            dir
+        };
+        let dead = made("kivi-cache-dead", STALE_AFTER * 2);
+        let young = made("kivi-cache-young", std::time::Duration::ZERO);
+        let not_ours = root.path().join("other-dir");
+        fs::create_dir(&not_ours).unwrap();
+        // A live cache, its lock file made old: locked, so kept.
+        let live = DiskCache::new_in(None, root.path(), 2 * BLOCK).unwrap();
+        let live_dir = live._temp.as_ref().unwrap().path().to_path_buf();
+        File::options()
+            .write(true)
+            .open(live_dir.join(LOCK_NAME))
+            .unwrap()
+            .set_modified(std::time::SystemTime::now() - STALE_AFTER * 2)
+            .unwrap();
+        assert!(!dead.exists(), "the dead process's cache stayed");
+
+        let other = DiskCache::new_in(None, root.path(), 2 * BLOCK).unwrap();
+        assert!(live_dir.exists(), "a live cache was removed");
+        assert!(young.exists(), "a cache made a moment ago was removed");
+        assert!(not_ours.exists());
+        let other_dir = other._temp.as_ref().unwrap().path().to_path_buf();
+        drop((live, other));
+        assert!(
+            !live_dir.exists() && !other_dir.exists(),
+            "closing removes its own"
+        );
     }
 }
