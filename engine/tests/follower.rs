@@ -2,7 +2,8 @@
 //! writer of a store on an object store (object_store's in-memory store
 //! here) sees the writer's commits, whole and in order, through segment
 //! rolls, checkpoints, a clear, the writer's deletion of log it had not
-//! read, and commits that failed among commits in flight.
+//! read, and commits that failed among commits in flight; and reaches what
+//! its reads cached by pointer once it moves onto a checkpoint.
 
 use kivi::{Db, Error, Options, WriteBatch};
 use kivi_object_storage::{Config, ObjectStorage};
@@ -209,6 +210,91 @@ fn a_following_thread_shows_writes_soon_and_says_how_far_behind_it_is() {
         .unwrap();
     let err = Db::follow(dir.path(), Options::default()).unwrap_err();
     assert!(err.to_string().contains("object store"), "{err}");
+    follower.close().unwrap();
+    writer.close().unwrap();
+}
+
+/// Page-cache lookups a get of every key of `model` makes on `db`.
+fn lookups_to_read(db: &Db, model: &Model) -> u64 {
+    let at = |db: &Db| {
+        let s = db.stats().unwrap();
+        s.cache_hits + s.cache_misses
+    };
+    let before = at(db);
+    for (k, v) in model {
+        assert_eq!(db.get(k).unwrap().as_ref(), Some(v));
+    }
+    at(db) - before
+}
+
+/// A follower's tree after a reload names its nodes by page; the nodes
+/// its reads cached, and the ones the tree it leaves had linked, are
+/// linked into the new tree (kivi_tree::link_cached), so reads reach them
+/// without the page cache, as on the writer.
+#[test]
+fn a_follower_moving_onto_a_checkpoint_links_the_nodes_it_read() {
+    let memory: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    // Segments large enough that the cleaner moves no page: a page moved
+    // is a new page, which only a read brings into the cache.
+    let opts = Options {
+        cache_bytes: 16 << 20,
+        ..Options::default()
+    };
+    let writer =
+        Db::open_with_storage(Arc::new(writer_storage(memory.clone())), opts.clone()).unwrap();
+    let mut model = Model::new();
+    for round in 0..100u64 {
+        writer.write(batch(round, &mut model)).unwrap();
+    }
+    writer.checkpoint().unwrap();
+    let follower = Db::open_with_storage(
+        Arc::new(reader_storage(memory.clone())),
+        Options {
+            read_only: true,
+            ..opts
+        },
+    )
+    .unwrap();
+    follower.catch_up().unwrap();
+    assert_same(&follower, &model, "after the first catch-up");
+    let cold = lookups_to_read(&follower, &model);
+    assert!(
+        cold >= model.len() as u64,
+        "{cold} lookups for {} keys",
+        model.len()
+    );
+
+    // The writer changes a few keys and checkpoints; the follower moves
+    // onto that checkpoint and links every node its reads cached.
+    let mut few = WriteBatch::new();
+    for k in model.keys().take(5).cloned().collect::<Vec<_>>() {
+        few.put(k.clone(), b"changed").unwrap();
+        model.insert(k, b"changed".to_vec());
+    }
+    writer.write(few).unwrap();
+    writer.checkpoint().unwrap();
+    follower.catch_up().unwrap();
+    assert!(follower.stats().unwrap().resident_bytes > 0);
+    let linked = lookups_to_read(&follower, &model);
+    assert!(
+        linked * 20 < cold,
+        "{linked} lookups once linked, {cold} before: only the pages the checkpoint rewrote need the cache"
+    );
+    assert_same(&follower, &model, "once linked");
+
+    // With the cache emptied, the nodes the tree it leaves had linked
+    // are linked into the next one all the same.
+    follower.clear_cache();
+    writer.put(b"one more", b"write").unwrap();
+    model.insert(b"one more".to_vec(), b"write".to_vec());
+    writer.checkpoint().unwrap();
+    follower.catch_up().unwrap();
+    let carried = lookups_to_read(&follower, &model);
+    assert!(
+        carried * 20 < cold,
+        "{carried} lookups after the move, {cold} before linking"
+    );
+    assert_same(&follower, &model, "after the move with an empty cache");
     follower.close().unwrap();
     writer.close().unwrap();
 }

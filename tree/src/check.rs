@@ -57,9 +57,12 @@ fn visit(
     hi: Option<&[u8]>,
     report: &mut CheckReport,
 ) -> (u64, u32) {
-    // A written leaf whose base is a page is checked as written: a delta
-    // page over that base, or (written whole) a leaf page.
-    if let (Some(a), Some((LeafBase::Page(_), _))) = (at, node.leaf_parts()) {
+    // A written leaf whose base is a page, or that stands for a delta page
+    // (`Node::delta_twin`), is checked as written: a delta page over that
+    // base, or (written whole) a leaf page.
+    let as_written =
+        matches!(node.leaf_parts(), Some((LeafBase::Page(_), _))) || node.is_delta_twin();
+    if let (Some(a), true) = (at, as_written) {
         match pager.load_uncached(a, 0) {
             Ok(disk) if matches!(disk.leaf_parts(), Some((LeafBase::Page(_), _))) => {
                 return visit_delta(pager, &disk, a, lo, hi, report);

@@ -7,6 +7,7 @@
 //! - `apply`: applying a sorted batch copy-on-write;
 //! - `read`: point lookups and ordered cursors;
 //! - `checkpoint`: writing a version's new nodes to the log, then releasing them;
+//! - `link`: linking the nodes the cache holds into a tree read back from pages;
 //! - `check`: reading every reachable page and checking every invariant;
 //! - `written`: which checkpoint generations are durable, and where each
 //!   node was written by which.
@@ -20,6 +21,7 @@ mod check;
 mod checkpoint;
 mod leaf;
 mod leaf_view;
+mod link;
 mod node;
 mod page;
 mod pager;
@@ -30,6 +32,7 @@ pub use apply::{apply, Applied, TreeConfig};
 pub use check::{check_tree, CheckReport};
 pub use checkpoint::{release_written, root_children, write_tree, PageSink, TreeWrite, WriteStats};
 pub use leaf::{compare_keys, head as key_head, prefetch_line, ValueRef, INLINE_VALUE_MAX};
+pub use link::link_cached;
 pub use node::{DiskRef, Node};
 pub use page::MAX_LEVEL;
 pub use pager::{Pager, PagerStats};

@@ -412,6 +412,10 @@ pub struct Node {
     /// let go), until `dirty_done` says it was written or it is dropped.
     dirty: OnceLock<Arc<AtomicU64>>,
     dirty_done: AtomicBool,
+    /// A plain leaf standing for a leaf written as a delta page (its
+    /// `written` names that page, whose figures count the base page too):
+    /// see `link::consolidated`. `check` reads such a leaf as written.
+    delta_twin: bool,
     /// No later than the earliest deadline under this node (see
     /// `earliest_deadline`), worked out the first time it is asked for.
     earliest: OnceLock<Deadline>,
@@ -451,6 +455,7 @@ impl Node {
             consolidated: OnceLock::new(),
             dirty: OnceLock::new(),
             dirty_done: AtomicBool::new(false),
+            delta_twin: false,
             earliest: OnceLock::new(),
         }
     }
@@ -486,6 +491,19 @@ impl Node {
     /// The consolidated twin of a leaf with a delta, if a checkpoint made one.
     pub(crate) fn consolidated(&self) -> Option<&Arc<Node>> {
         self.consolidated.get()
+    }
+
+    /// A plain leaf of `entries`, the live content of a leaf written as a
+    /// delta page, to stand for it (see `delta_twin`).
+    pub(crate) fn delta_twin(entries: LeafData) -> Self {
+        let mut twin = Node::leaf(entries);
+        twin.delta_twin = true;
+        twin
+    }
+
+    /// Whether this leaf stands for one written as a delta page.
+    pub(crate) fn is_delta_twin(&self) -> bool {
+        self.delta_twin
     }
 
     /// Records `twin`, a plain leaf with this leaf's live content and its
@@ -596,6 +614,7 @@ impl Node {
             consolidated: OnceLock::new(),
             dirty: OnceLock::new(),
             dirty_done: AtomicBool::new(false),
+            delta_twin: false,
             earliest: OnceLock::new(),
         }
     }

@@ -384,6 +384,12 @@ impl Pager {
         Ok(node)
     }
 
+    /// The node the cache holds for `at`, if it holds one (not counted as a
+    /// lookup: see `link_cached`).
+    pub fn cached(&self, at: DiskRef) -> Option<Arc<Node>> {
+        self.cache.peek(&at.page.addr.as_u64())
+    }
+
     /// Reads and validates the page at `page` from storage, bypassing the cache.
     pub fn load_uncached(&self, at: DiskRef, level: u8) -> Result<Arc<Node>, Error> {
         Ok(Arc::new(self.read_node(at, level)?))

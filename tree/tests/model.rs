@@ -1,14 +1,15 @@
 //! The tree against a `BTreeMap` model: random batches of puts and deletes,
 //! point lookups, scans in both directions, checkpoints (with batches
 //! applied while one is in flight), cleaning of old segments (which are then
-//! deleted, so a read that still goes there fails), release to a tiny cache
-//! and reads back from pages, all compared with the model.
+//! deleted, so a read that still goes there fails), release to a tiny cache,
+//! reads back from pages and the linking of cached nodes into the tree, all
+//! compared with the model.
 
 use kivi_log::{Deadline, OpRef, PageRef, RecordType, SegmentAppender, SegmentKind, NO_DEADLINE};
 use kivi_storage::{MemoryStorage, Storage};
 use kivi_tree::{
-    apply, check_tree, expired_each, get_into, release_written, write_tree, Cursor, Node, PageSink,
-    Pager, TreeConfig, TreeWrite, ValueRef, WriteStats,
+    apply, check_tree, expired_each, get_into, link_cached, release_written, write_tree, Cursor,
+    Node, PageSink, Pager, TreeConfig, TreeWrite, ValueRef, WriteStats,
 };
 use proptest::prelude::*;
 use std::collections::BTreeMap;
@@ -169,6 +170,16 @@ impl Harness {
         self.storage.delete_segment(id).unwrap();
         self.pager.close_segment(id as u32);
         self.pager.clear_cache();
+    }
+
+    /// Links the nodes the cache holds into the tree (`link_cached`), as
+    /// a follower does between polls.
+    fn link(&mut self) {
+        if let Some(root) = &self.root {
+            if let Some(linked) = link_cached(&self.pager, root, None) {
+                self.root = Some(linked);
+            }
+        }
     }
 
     fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
@@ -345,6 +356,8 @@ enum Step {
     /// The checkpoint in flight fails: it never becomes durable and its
     /// segment is deleted, so anything still pointing there fails its reads.
     Fail,
+    /// Link what the cache holds into the tree.
+    Link,
 }
 
 fn step(max_key: u16) -> impl Strategy<Value = Step> {
@@ -361,6 +374,7 @@ fn step_sized(max_key: u16, max_batch: usize) -> impl Strategy<Value = Step> {
         1 => (0u8..=100).prop_map(|clean| Step::Begin { clean }),
         1 => any::<bool>().prop_map(|reload| Step::End { reload }),
         1 => Just(Step::Fail),
+        1 => Just(Step::Link),
     ]
 }
 
@@ -393,6 +407,7 @@ fn run_with(mut h: Harness, steps: Vec<Step>, max_key: u16) -> Harness {
             Step::Begin { clean } => h.begin_checkpoint(clean),
             Step::End { reload } => h.end_checkpoint(reload),
             Step::Fail => h.fail_checkpoint(),
+            Step::Link => h.link(),
         }
         let probes: Vec<Vec<u8>> = (0..max_key)
             .step_by(37)
@@ -443,6 +458,109 @@ proptest! {
         let cfg = TreeConfig { page_target: 512, delta_max: 8, patch_max: 4, parallel: true };
         run(steps, 1 << 20, cfg, 6000);
     }
+}
+
+/// Cache lookups (hits and misses) so far.
+fn lookups(p: &Pager) -> u64 {
+    let s = p.stats();
+    s.hits + s.misses
+}
+
+#[test]
+fn a_tree_read_back_reaches_the_nodes_reads_cached_by_pointer_once_linked() {
+    let mut h = Harness::new(64 << 20, TreeConfig::default());
+    let mut model = BTreeMap::new();
+    for batch in 0..20u16 {
+        let ops: Vec<_> = (0..1000u16)
+            .map(|i| {
+                let k = key(batch * 1000 + i);
+                let v = value(i, batch as u8, i % 97 == 0);
+                model.insert(k.clone(), v.clone());
+                (k, Some(v))
+            })
+            .collect();
+        h.apply(&ops);
+    }
+    h.checkpoint(true);
+    assert!(h.root.as_ref().unwrap().level() >= 2);
+    let before = h.root.clone().unwrap();
+    h.link();
+    assert!(
+        Arc::ptr_eq(&before, h.root.as_ref().unwrap()),
+        "nothing cached yet, nothing to link"
+    );
+
+    // Every other key read: their leaves and the nodes above are cached.
+    let keys: Vec<_> = model.keys().cloned().collect();
+    // The model's checks scan from each probe: a few of them.
+    let probes: Vec<_> = keys.iter().step_by(997).cloned().collect();
+    for k in keys.iter().step_by(2) {
+        h.get(k);
+    }
+    h.link();
+    assert!(
+        h.pager.stats().resident_bytes > 0,
+        "linked nodes count as resident"
+    );
+    let at = lookups(&h.pager);
+    for k in keys.iter().step_by(2) {
+        assert_eq!(h.get(k).as_ref(), model.get(k));
+    }
+    // Out-of-line values are read through the pager; their lookups aside,
+    // none: the linked leaves are reached without the cache.
+    let big = keys
+        .iter()
+        .step_by(2)
+        .filter(|k| model[*k].len() > 1000)
+        .count() as u64;
+    assert!(
+        lookups(&h.pager) - at <= big,
+        "{} cache lookups for keys whose leaves were linked ({big} big values)",
+        lookups(&h.pager) - at
+    );
+    h.assert_matches(&model, &probes);
+
+    // A change, a checkpoint and a read back after a linking, all as before.
+    let ops: Vec<_> = keys.iter().step_by(5).map(|k| (k.clone(), None)).collect();
+    for (k, _) in &ops {
+        model.remove(k);
+    }
+    h.apply(&ops);
+    h.assert_matches(&model, &probes);
+    h.checkpoint(false);
+    h.assert_matches(&model, &probes);
+    h.link();
+    h.checkpoint(true);
+    h.assert_matches(&model, &probes);
+}
+
+#[test]
+fn linking_stays_within_the_resident_budget() {
+    // 256 KiB for cache and resident nodes: three quarters may be linked.
+    let mut h = Harness::new(256 << 10, TreeConfig::default());
+    let mut model = BTreeMap::new();
+    let ops: Vec<_> = (0..6000u16)
+        .map(|i| {
+            model.insert(key(i), value(i, 1, false));
+            (key(i), Some(value(i, 1, false)))
+        })
+        .collect();
+    h.apply(&ops);
+    h.checkpoint(true);
+    let keys: Vec<_> = model.keys().cloned().collect();
+    let probes: Vec<_> = keys.iter().step_by(997).cloned().collect();
+    for round in 0..3 {
+        for k in keys.iter().skip(round).step_by(3) {
+            h.get(k);
+        }
+        h.link();
+        let resident = h.pager.stats().resident_bytes;
+        assert!(
+            resident > 0 && resident <= (256 << 10) / 4 * 3,
+            "{resident} bytes resident"
+        );
+    }
+    h.assert_matches(&model, &probes);
 }
 
 #[test]
