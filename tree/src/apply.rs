@@ -419,9 +419,14 @@ impl<'a> Ctx<'a> {
                     // in memory, base and all, only while the budget
                     // counts it; otherwise the changed leaf names the
                     // page as its base and holds just these edits (the
-                    // page already holds any older delta).
+                    // page already holds any older delta). Not for a
+                    // leaf standing for a delta page (`link`): a base
+                    // must be a whole page, so that one stays in memory
+                    // until a checkpoint writes it whole.
                     Some(at)
-                        if !(node.is_resident() && self.pager.try_make_resident(&in_memory)) =>
+                        if !node.is_delta_twin()
+                            && !(node.is_resident()
+                                && self.pager.try_make_resident(&in_memory)) =>
                     {
                         if delta.is_none() {
                             self.pager.adopt(at, node.clone());
