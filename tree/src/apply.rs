@@ -424,9 +424,9 @@ impl<'a> Ctx<'a> {
                     // must be a whole page, so that one stays in memory
                     // until a checkpoint writes it whole.
                     Some(at)
-                        if !node.is_delta_twin()
-                            && !(node.is_resident()
-                                && self.pager.try_make_resident(&in_memory)) =>
+                        if !(node.is_delta_twin()
+                            || (node.is_resident()
+                                && self.pager.try_make_resident(&in_memory))) =>
                     {
                         if delta.is_none() {
                             self.pager.adopt(at, node.clone());
