@@ -595,16 +595,7 @@ fn release_children(pager: &Pager, root: &Arc<Node>, moved: &TreeWrite) -> Optio
         children.get_or_insert_with(|| (0..n).map(|j| root.child_ref(j).clone()).collect())[i] =
             replacement;
     }
-    let children = children?;
-    let seps: Vec<&[u8]> = (0..base.seps_len()).map(|i| base.sep(i)).collect();
-    let node = Node::internal(
-        root.level(),
-        Arc::new(InternalData::new(&seps, children)),
-        None,
-    );
-    // Same content, so the same page, if it was written.
-    node.written.copy_from(&root.written);
-    Some(Arc::new(node))
+    Some(Arc::new(root.with_children(children?)))
 }
 
 /// The form of a durably written node worth keeping in the cache. A leaf

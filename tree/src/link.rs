@@ -18,7 +18,7 @@
 //! immutable, so a node linked under the same page is the same node.
 
 use crate::node::DiskRef;
-use crate::node::{Body, ChildRef, InternalData, LeafBase, Node};
+use crate::node::{Body, ChildRef, LeafBase, Node};
 use crate::pager::Pager;
 use crate::read::leaf_entries;
 use std::collections::HashMap;
@@ -100,16 +100,9 @@ fn link(pager: &Pager, node: &Node, known: &HashMap<u64, Arc<Node>>) -> Option<A
         children.get_or_insert_with(|| (0..n).map(|j| node.child_ref(j).clone()).collect())[i] =
             ChildRef::in_memory(replacement);
     }
-    let children = children?;
-    let seps: Vec<&[u8]> = (0..base.seps_len()).map(|i| base.sep(i)).collect();
-    let copy = Node::internal(
-        node.level(),
-        Arc::new(InternalData::new(&seps, children)),
-        None,
-    );
     // Same content: the same page, if `node` was written; if it was not
     // (a follower's or a writer's change made it), as unwritten as it.
-    copy.written.copy_from(&node.written);
+    let copy = node.with_children(children?);
     if pager.durable_page(node).is_some() {
         if node.is_resident() {
             pager.try_make_resident(&copy);

@@ -501,6 +501,21 @@ impl Node {
         twin
     }
 
+    /// A copy of this internal node with `children` in place of its own
+    /// (each standing for the same subtree: the same content), keeping its
+    /// separators and where it was written, if it was.
+    pub(crate) fn with_children(&self, children: Vec<ChildRef>) -> Node {
+        let base = self.internal_base();
+        let seps: Vec<&[u8]> = (0..base.seps_len()).map(|i| base.sep(i)).collect();
+        let copy = Node::internal(
+            self.level,
+            Arc::new(InternalData::new(&seps, children)),
+            None,
+        );
+        copy.written.copy_from(&self.written);
+        copy
+    }
+
     /// Whether this leaf stands for one written as a delta page.
     pub(crate) fn is_delta_twin(&self) -> bool {
         self.delta_twin
