@@ -498,7 +498,6 @@ impl Follower {
     /// (the follower suite). The merged nodes are never written: they are
     /// dropped at the next reload, when the writer's checkpoint holds them.
     fn merge_buffer(&self, store: &Store, due: bool) {
-        self.link_cached(store);
         // Publishes on a follower are made under the tail's lock.
         let _tail = self.tail.lock();
         let v = store.current_full();
@@ -520,13 +519,17 @@ impl Follower {
     /// follower ran at 0.6x the writer's (the follower suite), a quarter
     /// of their time in cache lookups. At most every `Linking::every`.
     fn link_cached(&self, store: &Store) {
-        let misses = store.pager().stats().misses;
-        {
+        let misses = {
             let l = self.linking.lock();
-            if misses == l.misses || l.at.elapsed() < l.every {
+            if l.at.elapsed() < l.every {
                 return;
             }
-        }
+            let misses = store.pager().cache_misses();
+            if misses == l.misses {
+                return;
+            }
+            misses
+        };
         let started = Instant::now();
         // Publishes on a follower are made under the tail's lock.
         let _tail = self.tail.lock();
@@ -573,10 +576,12 @@ impl Follower {
                         Ok(0) => {
                             pause = (pause * 2).min(interval);
                             me.merge_buffer(&store, false);
+                            me.link_cached(&store);
                         }
                         Ok(_) => {
                             pause = Duration::ZERO;
                             me.merge_buffer(&store, true);
+                            me.link_cached(&store);
                         }
                         Err(e) => {
                             store.note_error("follow", &e);

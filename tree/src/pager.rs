@@ -384,6 +384,12 @@ impl Pager {
         Ok(node)
     }
 
+    /// Lookups the cache could not answer so far (`stats().misses`, without
+    /// the rest of the stats).
+    pub fn cache_misses(&self) -> u64 {
+        self.cache.misses()
+    }
+
     /// The node the cache holds for `at`, if it holds one (not counted as a
     /// lookup: see `link_cached`).
     pub fn cached(&self, at: DiskRef) -> Option<Arc<Node>> {
