@@ -517,6 +517,16 @@ impl Db {
         self.store().storage().is_fenced()
     }
 
+    /// Whether this is still the store's writer, asked of the storage
+    /// rather than remembered: on an object store, one or two requests
+    /// that find a takeover this writer has not met yet (it was idle or
+    /// paused), after which it is fenced ([`Db::is_fenced`]). False for a
+    /// follower. For answering who the writer is (ROLE, INFO), not for
+    /// every command.
+    pub fn confirm_writer(&self) -> bool {
+        !self.is_follower() && self.store().storage().confirm_writer()
+    }
+
     /// The lease of the store's writer as it stands now (one request; on
     /// an object store): for a writer that was fenced, where the new one
     /// is. `None` where there is none.

@@ -479,6 +479,48 @@ fn a_follower_takes_over_with_every_acknowledged_write_and_the_old_writer_stops(
     }
 }
 
+/// A writer idle through a takeover (no commit, no lease renewal since)
+/// does not know it was displaced until it asks the store: `confirm_writer`
+/// finds the new writer's fence where its own next entry belonged, and from
+/// then on it is fenced, so that it never calls itself the writer (ROLE).
+#[test]
+fn an_idle_writer_asked_after_a_takeover_learns_it_was_displaced() {
+    let memory: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    // No lease thread: nothing but the question can tell it.
+    let quiet = Config {
+        renew_lease: false,
+        ..Config::default()
+    };
+    let storage = ObjectStorage::open(memory.clone(), "db", "memory://db", quiet).unwrap();
+    let old = Db::open_with_storage(Arc::new(storage), small()).unwrap();
+    old.put(b"before", b"1").unwrap();
+    assert!(old.confirm_writer(), "the only writer doubts itself");
+    assert!(!old.is_fenced());
+    let follower =
+        Db::follow_with_storage(Arc::new(reader_storage(memory.clone())), small()).unwrap();
+    assert!(
+        !follower.confirm_writer(),
+        "a follower calls itself the writer"
+    );
+    follower.promote().unwrap();
+    assert!(
+        !old.is_fenced(),
+        "the idle writer learned of the takeover without asking"
+    );
+    assert!(
+        !old.confirm_writer(),
+        "the displaced writer still says it is the writer"
+    );
+    assert!(old.is_fenced(), "asking did not fence it");
+    assert!(
+        old.put(b"late", b"no").is_err(),
+        "the old writer still writes"
+    );
+    assert!(follower.confirm_writer());
+    follower.put(b"after", b"2").unwrap();
+    assert_eq!(follower.get(b"before").unwrap().as_deref(), Some(&b"1"[..]));
+}
+
 /// A standby (a follower with `take_over_after`) stays a follower while
 /// the writer renews its lease, reads where the writer says it is, and
 /// takes over on its own once the writer is gone, with everything the

@@ -465,15 +465,31 @@ impl Inner {
                 .name("kivi-lease".into())
                 .spawn(move || {
                     let mut renewal = 0u64;
+                    // Renewals start on a fixed schedule, one every
+                    // `RENEW_EVERY` from the first: a slow GET and PUT under
+                    // load delays that renewal only, never the ones after
+                    // (sleeping a full period after each renewal drifted,
+                    // and a standby waiting 1.5 s once saw 1.5 s go by).
+                    let mut due = std::time::Instant::now();
                     loop {
                         let Some(inner) = weak.upgrade() else { return };
                         if !inner.renew_lease(&mut renewal) {
                             return;
                         }
                         drop(inner);
+                        due += lease::RENEW_EVERY;
+                        let now = std::time::Instant::now();
+                        if due < now {
+                            // Late by more than a period: the next one now.
+                            due = now;
+                        }
                         // Slept in steps, so that a dropped store ends it soon.
-                        for _ in 0..20 {
-                            std::thread::sleep(lease::RENEW_EVERY / 20);
+                        while let Some(left) = due.checked_duration_since(std::time::Instant::now())
+                        {
+                            if left.is_zero() {
+                                break;
+                            }
+                            std::thread::sleep(left.min(lease::RENEW_EVERY / 20));
                             if weak.strong_count() == 0 {
                                 return;
                             }
@@ -488,28 +504,10 @@ impl Inner {
     /// took over (then it writes no more); false once it will renew no more.
     /// A failed put is logged and tried again at the next renewal.
     fn renew_lease(&self, renewal: &mut u64) -> bool {
-        let (next, epoch) = {
-            let log = self.log.lock();
-            if log.fenced.is_some() {
-                return false;
-            }
-            (log.next, log.epoch)
-        };
-        // A takeover this writer has not met: another writer's entry at the
-        // number its next entry takes.
-        let name = format::log_name(next);
-        if let Ok(Some(found)) = self.remote.get(&name) {
-            match format::decode_entry(&found) {
-                Ok(e) if e.writer == self.writer => {}
-                found => {
-                    let mut log = self.log.lock();
-                    if log.next == next && log.fenced.is_none() {
-                        let _ = self.fenced_by(&mut log, &name, found.ok());
-                    }
-                    return false;
-                }
-            }
+        if !self.confirm_writer() {
+            return false;
         }
+        let epoch = self.log.lock().epoch;
         *renewal += 1;
         let lease = lease::Lease {
             writer: self.writer,
@@ -520,6 +518,43 @@ impl Inner {
         };
         if let Err(e) = self.remote.put_overwrite(lease::LEASE, lease.encode()) {
             tracing::warn!(store = %self.remote.label, error = %e, "renewing the writer's lease failed");
+        }
+        true
+    }
+
+    /// Whether this is still the writer, asked of the object store: false
+    /// for a read-only open, a writer already fenced, or one that finds
+    /// another writer's entry where its own next one belongs (a takeover it
+    /// had not met yet, being idle or paused; it is fenced from then on).
+    /// One GET, two while an entry's put is in flight (the oldest one's
+    /// number, where a takeover that read the log before it landed put its
+    /// fence). A GET that fails proves nothing either way: true.
+    fn confirm_writer(&self) -> bool {
+        if self.read_only() {
+            return false;
+        }
+        let numbers = {
+            let log = self.log.lock();
+            if log.fenced.is_some() {
+                return false;
+            }
+            let oldest = log.flight.front().map(|f| f.n);
+            [oldest.filter(|&n| n != log.next), Some(log.next)]
+        };
+        for n in numbers.into_iter().flatten() {
+            let name = format::log_name(n);
+            if let Ok(Some(found)) = self.remote.get(&name) {
+                match format::decode_entry(&found) {
+                    Ok(e) if e.writer == self.writer => {}
+                    found => {
+                        let mut log = self.log.lock();
+                        if log.fenced.is_none() {
+                            let _ = self.fenced_by(&mut log, &name, found.ok());
+                        }
+                        return false;
+                    }
+                }
+            }
         }
         true
     }
@@ -1656,6 +1691,10 @@ impl Storage for ObjectStorage {
 
     fn is_fenced(&self) -> bool {
         self.inner.fenced_flag.load(Ordering::Acquire)
+    }
+
+    fn confirm_writer(&self) -> bool {
+        self.inner.confirm_writer()
     }
 
     fn writer_lease(&self) -> Result<Option<WriterLease>, IoError> {

@@ -273,7 +273,7 @@ fn cpu_seconds() -> (f64, f64) {
 /// poll (docs in ARCHITECTURE.md, "Followers").
 fn replication(shared: &Shared, st: Option<&kivi::Stats>) -> Vec<(&'static str, String)> {
     let seq = st.map_or(0, |st| st.seq);
-    if shared.db.is_fenced() {
+    if crate::displaced(shared) {
         // Displaced by a takeover: no longer the writer, and following
         // nothing (its reads may be behind); where the writer is now.
         let (host, port) = crate::fenced_writer_address(shared);

@@ -91,6 +91,21 @@ pub fn writer_address(f: &kivi::FollowerStatus) -> (String, u16) {
     }
 }
 
+/// Whether this server was the writer and another took over: known
+/// already (a failed commit or lease renewal), or found now by asking the
+/// store (`Db::confirm_writer`: a request on an object store), so that a
+/// writer paused or idle through a takeover never calls itself the master
+/// in ROLE or INFO. False for a follower.
+pub fn displaced(shared: &Shared) -> bool {
+    if shared.db.is_fenced() {
+        return true;
+    }
+    if shared.db.is_follower() {
+        return false;
+    }
+    !shared.db.confirm_writer() && shared.db.is_fenced()
+}
+
 /// For a writer another one fenced: where the writer is now, as its lease
 /// says (one request), as `writer_address` gives it.
 pub fn fenced_writer_address(shared: &Shared) -> (String, u16) {

@@ -147,6 +147,15 @@ pub trait Storage: Send + Sync + Debug {
     fn is_fenced(&self) -> bool {
         false
     }
+    /// For a writer: whether it still is the writer, asked of the storage
+    /// itself rather than remembered (an object store's writer that was
+    /// paused or idle while another took over learns it here, and is
+    /// fenced from then on). May cost a request; for answering a client
+    /// that asks which server is the writer (ROLE, INFO), not for every
+    /// command. False for a read-only open.
+    fn confirm_writer(&self) -> bool {
+        !self.is_fenced()
+    }
     /// The writer's lease as it stands now (`None`: no writer has put one),
     /// one request: for a follower, or a writer another one fenced.
     fn writer_lease(&self) -> Result<Option<WriterLease>, IoError> {

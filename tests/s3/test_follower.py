@@ -225,8 +225,11 @@ def test_a_standby_takes_over_from_a_paused_writer_which_then_commits_nothing():
         assert s.execute_command("ROLE")[0] == b"master"
         assert s.mget([f"k{i}" for i in range(100)]) == [str(i).encode() for i in range(100)]
 
-        # The old writer, resumed, commits nothing more.
+        # The old writer, resumed, says at once that it is no longer the
+        # writer (it asks the store), and commits nothing more.
         os.kill(writer.proc.pid, signal.SIGCONT)
+        assert w.execute_command("ROLE")[0] == b"slave"
+        assert w.info("replication")["role"] == "slave"
         with pytest.raises(redis.exceptions.ResponseError):
             w.set("stale", "write")
         assert s.get("stale") is None

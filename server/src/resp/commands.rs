@@ -992,9 +992,10 @@ async fn replicaof(shared: &Shared, args: &[Vec<u8>]) -> Result<Reply, Reply> {
 /// connected (followers read the object store); a follower is a replica,
 /// connected while its polls reach the writer's log, whose offset is the
 /// last commit it shows, and whose master is where the writer's lease says
-/// its clients reach it.
+/// its clients reach it. A writer asks the store first whether another
+/// one took over (`crate::displaced`).
 fn role(shared: &Shared) -> Reply {
-    if shared.db.is_fenced() {
+    if crate::displaced(shared) {
         let (host, port) = crate::fenced_writer_address(shared);
         let seq = shared.db.stats().map_or(0, |st| st.seq);
         return Reply::Array(vec![
