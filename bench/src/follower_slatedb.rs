@@ -1,10 +1,9 @@
 //! SlateDB's read-replica lag beside kivi's follower lag, in the follower
-//! suite (`kivi bench --followers`, feature `slatedb`), measured as kivi's
-//! lag step measures it (follower_suite.rs, step 2): `writers` threads put
-//! random kv40 keys, each put awaiting its durability; a marker thread
-//! writes a numbered key every 10 ms; a probe reads each marker on the
-//! reader, every 100 us, from the writer's acknowledgement until it is
-//! there. Lag is that time.
+//! suite (`kivi bench --followers`, feature `slatedb`), measured by the
+//! same code as kivi's (lag.rs): `writers` threads put random kv40 keys,
+//! each put awaiting its durability; a marker thread writes a numbered key
+//! every 10 ms; a probe reads each marker on the reader, every 100 us,
+//! from the writer's acknowledgement until it is there. Lag is that time.
 //!
 //! The writer is a `slatedb::Db` (SlateDB 0.18) with the object-store
 //! suite's settings (stores/slatedb.rs: flush interval 1 ms, every write
@@ -34,20 +33,14 @@
 //! the markers seen before it.
 
 use crate::follower_suite::FollowerConfig;
-use crate::kv40::{self, Rng};
-use crate::measure::percentile;
+use crate::kv40;
 use crate::{io_err, BenchError, Record};
 use object_store::ObjectStore;
 use slatedb::config::DbReaderOptions;
 use slatedb::{Db, DbReader, WriteBatch};
 use std::io::Write;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
-use std::time::{Duration, Instant};
-use tokio::runtime::Handle;
-
-/// How long the probe waits for one marker before it gives up.
-const GIVE_UP: Duration = Duration::from_secs(30);
+use std::sync::Arc;
+use std::time::Duration;
 
 /// The 100 ms configuration's poll interval.
 const FAST_POLL: Duration = Duration::from_millis(100);
@@ -64,20 +57,6 @@ fn interval_name(d: Duration) -> String {
         format!("{}ms", d.as_millis())
     }
 }
-
-/// One configuration's lag measurement.
-struct Phase {
-    lags: Vec<Duration>,
-    writes: u64,
-    /// Seconds from the start to the writers' stop (the probe's wait for
-    /// the last markers after it not counted).
-    write_secs: f64,
-    /// The marker the probe gave up on, and the markers left unprobed.
-    gave_up: Option<(u64, u64)>,
-}
-
-/// What the probe returns: each marker's lag, and [`Phase::gave_up`].
-type Probed = (Vec<Duration>, Option<(u64, u64)>);
 
 /// Loads kv40 pairs 0..n into a SlateDB writer under `{prefix}-slatedb` of
 /// `client`, then measures the lag of a `DbReader` with the default poll
@@ -149,7 +128,25 @@ pub(crate) fn lag(
             )
             .map_err(|e| err("open the reader", e))?;
         let seconds = cfg.write_seconds.max(2.0 * poll.as_secs_f64());
-        let phase = measure(rt, &db, &reader, cfg, seconds, &interval_name(poll))?;
+        // Named after the configuration: a marker of the one before, on
+        // the same writer, would be found at once.
+        let tag = interval_name(poll);
+        let phase = crate::lag::measure(
+            cfg.writers,
+            cfg.n,
+            seconds,
+            &format!("lag-marker-{tag}-"),
+            |k, v| {
+                rt.block_on(async { db.put(k, v).await?.await_durable().await })
+                    .map_err(|e| err("write", e))
+            },
+            |k| {
+                Ok(rt
+                    .block_on(reader.get(k))
+                    .map_err(|e| err("reader read", e))?
+                    .is_some())
+            },
+        )?;
         rt.block_on(reader.close())
             .map_err(|e| err("close the reader", e))?;
 
@@ -160,8 +157,8 @@ pub(crate) fn lag(
             1,
         );
         r.ops_per_sec = Some(phase.writes as f64 / phase.write_secs);
-        r.p50_us = percentile_us(&phase.lags, 50.0);
-        r.p99_us = percentile_us(&phase.lags, 99.0);
+        r.p50_us = crate::lag::percentile_us(&phase.lags, 50.0);
+        r.p99_us = crate::lag::percentile_us(&phase.lags, 99.0);
         let mut line = format!(
             "SlateDB reader lag, poll {} ms{}, {} writers ({:.0} writes/s, {:.0} s of writes): \
              p50 {:.1} ms, p99 {:.1} ms over {} markers",
@@ -182,7 +179,7 @@ pub(crate) fn lag(
             let why = format!(
                 "marker {m} not visible {} s after its acknowledgement; {unprobed} later markers \
                  unprobed",
-                GIVE_UP.as_secs()
+                crate::lag::GIVE_UP.as_secs()
             );
             line.push_str(&format!(" (FAILED: {why})"));
             r.failure = Some(why);
@@ -192,100 +189,4 @@ pub(crate) fn lag(
     }
     rt.block_on(db.close()).map_err(|e| err("close", e))?;
     Ok(records)
-}
-
-/// The nearest-rank `p`-th percentile (0-100) of `v`, in microseconds.
-fn percentile_us(v: &[Duration], p: f64) -> Option<f64> {
-    let mut nanos: Vec<u64> = v.iter().map(|d| d.as_nanos() as u64).collect();
-    nanos.sort_unstable();
-    percentile(&nanos, p)
-}
-
-/// kivi's lag step (follower_suite.rs) on SlateDB's writer and reader.
-/// The markers are named after the configuration (`tag`): the writer is
-/// the same for both, and a marker of the one before would be found at
-/// once.
-fn measure(
-    rt: &Handle,
-    db: &Db,
-    reader: &DbReader,
-    cfg: &FollowerConfig,
-    seconds: f64,
-    tag: &str,
-) -> Result<Phase, BenchError> {
-    let stop = AtomicBool::new(false);
-    let (tx, rx) = mpsc::channel::<(u64, Instant)>();
-    let started = Instant::now();
-    std::thread::scope(|s| {
-        let load: Vec<_> = (0..cfg.writers)
-            .map(|w| {
-                let stop = &stop;
-                s.spawn(move || -> Result<u64, BenchError> {
-                    let mut rng = Rng::new(w + 1);
-                    let mut done = 0;
-                    while !stop.load(Ordering::Relaxed) {
-                        let i = rng.below(cfg.n.max(1));
-                        let (k, v) = (kv40::key(i), kv40::value(i, done + 1));
-                        rt.block_on(async { db.put(k, v).await?.await_durable().await })
-                            .map_err(|e| err("write", e))?;
-                        done += 1;
-                    }
-                    Ok(done)
-                })
-            })
-            .collect();
-        let marker = {
-            let stop = &stop;
-            s.spawn(move || -> Result<(), BenchError> {
-                let mut m = 0u64;
-                while !stop.load(Ordering::Relaxed) {
-                    let key = format!("lag-marker-{tag}-{m:08}");
-                    rt.block_on(async {
-                        db.put(key.as_bytes(), b"m").await?.await_durable().await
-                    })
-                    .map_err(|e| err("marker", e))?;
-                    let _ = tx.send((m, Instant::now()));
-                    m += 1;
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-                Ok(())
-            })
-        };
-        let probe = s.spawn(move || -> Result<Probed, BenchError> {
-            let mut lags = Vec::new();
-            let mut rx = rx.into_iter();
-            while let Some((m, acked)) = rx.next() {
-                let key = format!("lag-marker-{tag}-{m:08}");
-                let give_up = acked + GIVE_UP;
-                while rt
-                    .block_on(reader.get(key.as_bytes()))
-                    .map_err(|e| err("reader read", e))?
-                    .is_none()
-                {
-                    if Instant::now() > give_up {
-                        // The rest are counted, not waited for.
-                        return Ok((lags, Some((m, rx.count() as u64))));
-                    }
-                    std::thread::sleep(Duration::from_micros(100));
-                }
-                lags.push(acked.elapsed());
-            }
-            Ok((lags, None))
-        });
-        std::thread::sleep(Duration::from_secs_f64(seconds));
-        stop.store(true, Ordering::Relaxed);
-        let mut writes = 0;
-        for h in load {
-            writes += h.join().expect("writer thread")?;
-        }
-        marker.join().expect("marker thread")?;
-        let write_secs = started.elapsed().as_secs_f64();
-        let (lags, gave_up) = probe.join().expect("probe thread")?;
-        Ok(Phase {
-            lags,
-            writes,
-            write_secs,
-            gave_up,
-        })
-    })
 }

@@ -28,15 +28,14 @@
 //!    apart near a renewal, and the takeover.)
 
 use crate::kv40::{self, Rng};
-use crate::measure::percentile;
+use crate::lag::percentile_us;
 use crate::{io_err, prepare_dir, BenchError, Record};
 use kivi::{Db, Options, WriteBatch};
 use kivi_object_storage::{Config, ObjectStorage};
 use object_store::ObjectStore;
 use std::io::Write;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// What to run.
@@ -104,13 +103,6 @@ impl Place {
     }
 }
 
-/// The nearest-rank `p`-th percentile (0-100) of `v`, in microseconds.
-fn percentile_us(v: &[Duration], p: f64) -> Option<f64> {
-    let mut nanos: Vec<u64> = v.iter().map(|d| d.as_nanos() as u64).collect();
-    nanos.sort_unstable();
-    percentile(&nanos, p)
-}
-
 pub fn run(cfg: &FollowerConfig, out: &mut dyn Write) -> Result<Vec<Record>, BenchError> {
     prepare_dir(&cfg.dir)?;
     let client: Arc<dyn ObjectStore> = match &cfg.bucket {
@@ -149,7 +141,30 @@ pub fn run(cfg: &FollowerConfig, out: &mut dyn Write) -> Result<Vec<Record>, Ben
     follower.catch_up().map_err(|e| err("catch up", e))?;
 
     // 2. Lag under concurrent writers.
-    let (lags, writes, secs) = lag(&writer, &follower, cfg)?;
+    let crate::lag::Lag {
+        lags,
+        writes,
+        write_secs: secs,
+        gave_up,
+    } = crate::lag::measure(
+        cfg.writers,
+        cfg.n,
+        cfg.write_seconds,
+        "lag-marker-",
+        |k, v| writer.put(k, v).map_err(|e| err("write", e)),
+        |k| {
+            Ok(follower
+                .get(k)
+                .map_err(|e| err("follower read", e))?
+                .is_some())
+        },
+    )?;
+    if let Some((m, _)) = gave_up {
+        return Err(BenchError(format!(
+            "marker {m} never showed on the follower ({} s after its acknowledgement)",
+            crate::lag::GIVE_UP.as_secs()
+        )));
+    }
     let mut r = record(&format!("follower_lag_{}w", cfg.writers));
     r.ops_per_sec = Some(writes as f64 / secs);
     r.p50_us = percentile_us(&lags, 50.0);
@@ -300,82 +315,6 @@ pub fn run(cfg: &FollowerConfig, out: &mut dyn Write) -> Result<Vec<Record>, Ben
         std::fs::write(path, text).map_err(|e| io_err(format!("write {}", path.display()), e))?;
     }
     Ok(records)
-}
-
-/// Step 2: returns each marker's lag, the writes the load made, and the
-/// seconds it ran.
-fn lag(
-    writer: &Db,
-    follower: &Db,
-    cfg: &FollowerConfig,
-) -> Result<(Vec<Duration>, u64, f64), BenchError> {
-    let stop = AtomicBool::new(false);
-    let (tx, rx) = mpsc::channel::<(u64, Instant)>();
-    let started = Instant::now();
-    let result: Result<(Vec<Duration>, u64), BenchError> = std::thread::scope(|s| {
-        let load: Vec<_> = (0..cfg.writers)
-            .map(|w| {
-                let stop = &stop;
-                s.spawn(move || -> Result<u64, BenchError> {
-                    let mut rng = Rng::new(w + 1);
-                    let mut done = 0;
-                    while !stop.load(Ordering::Relaxed) {
-                        let i = rng.below(cfg.n.max(1));
-                        writer
-                            .put(&kv40::key(i), &kv40::value(i, done + 1))
-                            .map_err(|e| err("write", e))?;
-                        done += 1;
-                    }
-                    Ok(done)
-                })
-            })
-            .collect();
-        let marker = {
-            let stop = &stop;
-            s.spawn(move || -> Result<(), BenchError> {
-                let mut m = 0u64;
-                while !stop.load(Ordering::Relaxed) {
-                    writer
-                        .put(format!("lag-marker-{m:08}").as_bytes(), b"m")
-                        .map_err(|e| err("marker", e))?;
-                    let _ = tx.send((m, Instant::now()));
-                    m += 1;
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-                Ok(())
-            })
-        };
-        let probe = s.spawn(move || -> Result<Vec<Duration>, BenchError> {
-            let mut lags = Vec::new();
-            for (m, acked) in rx {
-                let key = format!("lag-marker-{m:08}");
-                let give_up = acked + Duration::from_secs(30);
-                while follower
-                    .get(key.as_bytes())
-                    .map_err(|e| err("follower read", e))?
-                    .is_none()
-                {
-                    if Instant::now() > give_up {
-                        return Err(BenchError(format!("{key} never showed on the follower")));
-                    }
-                    std::thread::sleep(Duration::from_micros(100));
-                }
-                lags.push(acked.elapsed());
-            }
-            Ok(lags)
-        });
-        std::thread::sleep(Duration::from_secs_f64(cfg.write_seconds));
-        stop.store(true, Ordering::Relaxed);
-        let mut writes = 0;
-        for h in load {
-            writes += h.join().expect("writer thread")?;
-        }
-        marker.join().expect("marker thread")?;
-        let lags = probe.join().expect("probe thread")?;
-        Ok((lags, writes))
-    });
-    let (lags, writes) = result?;
-    Ok((lags, writes, started.elapsed().as_secs_f64()))
 }
 
 /// Timed read passes on each store, taken in turn (writer, follower,

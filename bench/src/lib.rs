@@ -16,6 +16,7 @@ pub mod follower_suite;
 pub mod kv40;
 pub mod kvlds_client;
 pub mod kvlds_workload;
+mod lag;
 mod limited;
 pub mod measure;
 pub mod mkpairs;

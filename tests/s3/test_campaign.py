@@ -122,6 +122,15 @@ class Op:
         )
 
 
+def proc_state(pid):
+    """The state letter of process `pid` (/proc/PID/stat; T: stopped)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
+
+
 class Trial:
     def __init__(self, seed):
         self.seed = seed
@@ -264,6 +273,14 @@ class Trial:
             new = [i for i in self.masters() if i != old]
             if new:
                 return new
+            if old in self.paused:
+                # A stopped process stays stopped until it is sent SIGCONT:
+                # if not, the harness (or something else on the machine)
+                # broke the fault, not kivi.
+                state = proc_state(self.servers[old].proc.pid)
+                if state != "T":
+                    self.violation(f"the paused writer is not stopped (state {state}) before its SIGCONT")
+                    return []
             time.sleep(0.02)
         self.violation(f"no standby took over within {seconds} s of the fault ({self.fault})")
         return []
