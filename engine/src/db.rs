@@ -94,6 +94,11 @@ impl std::fmt::Debug for Db {
     }
 }
 
+/// Opens of the store as its writer a takeover tries, once it holds the
+/// fence, before it gives the role up (see `Db::promote_holding`).
+const BUILD_TRIES: u32 = 3;
+const BUILD_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
+
 impl Db {
     /// Opens the store in directory `path`, creating it (and the directory)
     /// if there is none and [`Options::create_if_missing`] allows (it does
@@ -457,6 +462,10 @@ impl Db {
     }
 
     /// `promote`, once this is the one promote under way (`_one`).
+    /// A failure before the fence leaves it a follower; one after it (the
+    /// store could not be opened as its writer) steps the storage down to
+    /// a follower's again ([`Storage::step_down`]), so that it follows on
+    /// and its lease, unrenewed, lets a standby take over.
     fn promote_holding(&self, _one: parking_lot::MutexGuard<'_, ()>) -> Result<()> {
         let old = self.handle.inner.load_full();
         let Some(follower) = old.follower.clone() else {
@@ -476,7 +485,36 @@ impl Db {
             fenced = started.elapsed();
             let probe = storage.clone();
             let is_empty = move || -> Result<bool> { Ok(probe.list_segments()?.is_empty()) };
-            Self::build(storage.clone(), self.handle.path.clone(), opts, &is_empty)
+            // The role is this store's now: opening it as the writer is
+            // tried again on a failure (a standby racing this one, fenced
+            // but not knowing it yet, deletes at its own open what it
+            // takes for garbage, which this open may be reading). If it
+            // still fails, the role is given up below.
+            let mut tries = 0;
+            loop {
+                tries += 1;
+                match Self::build(storage.clone(), self.handle.path.clone(), opts.clone(), &is_empty) {
+                    Ok(inner) => return Ok(inner),
+                    Err(e) if tries < BUILD_TRIES && !storage.is_fenced() => {
+                        tracing::warn!(
+                            store = %self.handle.path,
+                            error = %e,
+                            "took the writer's role, but opening the store as its writer failed; trying again"
+                        );
+                        std::thread::sleep(BUILD_RETRY_PAUSE);
+                    }
+                    Err(e) => {
+                        tracing::error!(
+                            store = %self.handle.path,
+                            error = %e,
+                            "took the writer's role, but could not open the store as its writer: \
+                             giving the role up and following again"
+                        );
+                        storage.step_down();
+                        return Err(e);
+                    }
+                }
+            }
         });
         match built {
             Ok(inner) => {

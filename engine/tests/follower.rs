@@ -521,6 +521,103 @@ fn an_idle_writer_asked_after_a_takeover_learns_it_was_displaced() {
     assert_eq!(follower.get(b"before").unwrap().as_deref(), Some(&b"1"[..]));
 }
 
+/// A follower whose takeover fenced the log but whose open of the store as
+/// the writer then failed (here: reading the store's identity fails from
+/// the fence on, `failures` times) tries that open again; once out of
+/// tries it gives the role up: read-only again, following on, its lease
+/// unrenewed (so that a standby can take over), and a later promote makes
+/// it the writer with everything the old writer acknowledged.
+fn takeover_whose_open_fails(failures: u32) -> (Db, Db, Arc<dyn ObjectStore>, Model) {
+    use kivi_object_storage::faults::{Fault, FaultyStore, Op};
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    let memory: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let old = Db::open_with_storage(Arc::new(writer_storage(memory.clone())), small()).unwrap();
+    let mut model = Model::new();
+    for round in 0..20 {
+        old.write(batch(round, &mut model)).unwrap();
+    }
+    let left = Arc::new(AtomicU32::new(0));
+    let plan_left = left.clone();
+    let faulty = Arc::new(FaultyStore::new(memory.clone(), move |op, path| {
+        let identity = op == Op::Get && path.ends_with("meta/KIVI");
+        let failing = identity
+            && plan_left
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok();
+        match failing {
+            true => Fault::FailBefore,
+            false => Fault::None,
+        }
+    }));
+    let follower = Db::follow_with_storage(Arc::new(reader_storage(faulty)), small()).unwrap();
+    follower.catch_up().unwrap();
+    left.store(failures, Ordering::SeqCst);
+    if let Err(e) = follower.promote() {
+        eprintln!("promote: {e}");
+    }
+    left.store(0, Ordering::SeqCst);
+    (old, follower, memory, model)
+}
+
+#[test]
+fn a_takeover_whose_open_as_writer_fails_once_tries_again() {
+    // Four failures: every try of one request (the client makes 4), so
+    // one open fails.
+    let (old, new, _memory, model) = takeover_whose_open_fails(4);
+    assert!(
+        new.follower_status().is_none(),
+        "the second try did not make it the writer"
+    );
+    assert!(
+        old.put(b"late", b"no").is_err(),
+        "the old writer still writes"
+    );
+    new.put(b"after", b"1").unwrap();
+    for (k, v) in &model {
+        assert_eq!(new.get(k).unwrap().as_ref(), Some(v));
+    }
+}
+
+#[test]
+fn a_takeover_that_cannot_open_the_store_as_writer_gives_the_role_up_and_follows_on() {
+    let (old, follower, memory, mut model) = takeover_whose_open_fails(1_000);
+    assert!(
+        follower.follower_status().is_some(),
+        "not a follower after the failed takeover"
+    );
+    assert!(!follower.confirm_writer());
+    // Following works again (a writable storage refuses to be followed).
+    follower.catch_up().unwrap();
+    assert_same(&follower, &model, "after the failed takeover");
+    // Nobody renews the lease: the old writer was fenced, the follower
+    // gave the role up.
+    let reader = read_only(memory.clone());
+    let lease = |db: &Db| db.writer_lease().unwrap().map(|l| (l.writer, l.renewal));
+    let before = lease(&reader);
+    std::thread::sleep(Duration::from_millis(1_300));
+    assert_eq!(
+        lease(&reader),
+        before,
+        "the writer's lease is still renewed"
+    );
+    // The old writer is fenced all the same; a second promote takes over.
+    assert!(
+        old.put(b"late", b"no").is_err(),
+        "the old writer still writes"
+    );
+    follower.promote().unwrap();
+    follower.write(batch(99, &mut model)).unwrap();
+    assert_same(&follower, &model, "after the second takeover");
+    assert!(
+        lease(&reader) != before || {
+            std::thread::sleep(Duration::from_millis(1_100));
+            lease(&reader) != before
+        },
+        "the new writer does not renew its lease"
+    );
+}
+
 /// A standby (a follower with `take_over_after`) stays a follower while
 /// the writer renews its lease, reads where the writer says it is, and
 /// takes over on its own once the writer is gone, with everything the

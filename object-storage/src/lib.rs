@@ -147,7 +147,9 @@ struct Inner {
     /// What this writer's lease says besides who it is (`announce`).
     lease_note: Mutex<String>,
     /// The lease's renewing thread has started (a writer's, once).
-    lease_started: std::sync::Once,
+    /// Whether the lease thread runs (it ends once this open is no longer
+    /// the writer, and a later takeover starts it again).
+    lease_running: AtomicBool,
     log: Mutex<LogState>,
     /// Every segment there is, by id.
     segments: RwLock<BTreeMap<SegmentId, Arc<Segment>>>,
@@ -347,7 +349,7 @@ impl ObjectStorage {
             renew_lease: config.renew_lease,
             fenced_flag: AtomicBool::new(false),
             lease_note: Mutex::new(String::new()),
-            lease_started: std::sync::Once::new(),
+            lease_running: AtomicBool::new(false),
             log: Mutex::new(LogState::default()),
             segments: RwLock::new(BTreeMap::new()),
         });
@@ -454,50 +456,69 @@ fn request_delay() -> Result<Option<std::time::Duration>, String> {
 impl Inner {
     /// Starts the thread that renews this writer's lease every
     /// `lease::RENEW_EVERY` (see `lease.rs`) until the storage is dropped
-    /// or the writer is fenced.
+    /// or this open is no longer the writer (fenced, or stepped down).
     fn start_lease(me: &Arc<Inner>) {
         if !me.renew_lease {
             return;
         }
+        if me
+            .lease_running
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            // Still running (a writer that stepped down and took over
+            // again before its thread noticed): it renews on.
+            return;
+        }
         let weak = Arc::downgrade(me);
-        me.lease_started.call_once(|| {
-            std::thread::Builder::new()
-                .name("kivi-lease".into())
-                .spawn(move || {
-                    let mut renewal = 0u64;
-                    // Renewals start on a fixed schedule, one every
-                    // `RENEW_EVERY` from the first: a slow GET and PUT under
-                    // load delays that renewal only, never the ones after
-                    // (sleeping a full period after each renewal drifted,
-                    // and a standby waiting 1.5 s once saw 1.5 s go by).
-                    let mut due = std::time::Instant::now();
-                    loop {
-                        let Some(inner) = weak.upgrade() else { return };
-                        if !inner.renew_lease(&mut renewal) {
+        std::thread::Builder::new()
+            .name("kivi-lease".into())
+            .spawn(move || {
+                let mut renewal = 0u64;
+                // Renewals start on a fixed schedule, one every
+                // `RENEW_EVERY` from the first: a slow GET and PUT under
+                // load delays that renewal only, never the ones after
+                // (sleeping a full period after each renewal drifted, and
+                // a standby waiting 1.5 s once saw 1.5 s go by).
+                let mut due = std::time::Instant::now();
+                loop {
+                    let Some(inner) = weak.upgrade() else { return };
+                    if !inner.renew_lease(&mut renewal) {
+                        inner.lease_running.store(false, Ordering::Release);
+                        // A takeover between the renewal's answer and the
+                        // store above found the thread running and started
+                        // none: this one goes on.
+                        let again = !inner.read_only()
+                            && !inner.fenced_flag.load(Ordering::Acquire)
+                            && inner
+                                .lease_running
+                                .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+                                .is_ok();
+                        if !again {
                             return;
                         }
-                        drop(inner);
-                        due += lease::RENEW_EVERY;
-                        let now = std::time::Instant::now();
-                        if due < now {
-                            // Late by more than a period: the next one now.
-                            due = now;
+                        continue;
+                    }
+                    drop(inner);
+                    due += lease::RENEW_EVERY;
+                    let now = std::time::Instant::now();
+                    if due < now {
+                        // Late by more than a period: the next one now.
+                        due = now;
+                    }
+                    // Slept in steps, so that a dropped store ends it soon.
+                    while let Some(left) = due.checked_duration_since(std::time::Instant::now()) {
+                        if left.is_zero() {
+                            break;
                         }
-                        // Slept in steps, so that a dropped store ends it soon.
-                        while let Some(left) = due.checked_duration_since(std::time::Instant::now())
-                        {
-                            if left.is_zero() {
-                                break;
-                            }
-                            std::thread::sleep(left.min(lease::RENEW_EVERY / 20));
-                            if weak.strong_count() == 0 {
-                                return;
-                            }
+                        std::thread::sleep(left.min(lease::RENEW_EVERY / 20));
+                        if weak.strong_count() == 0 {
+                            return;
                         }
                     }
-                })
-                .expect("spawn the lease thread");
-        });
+                }
+            })
+            .expect("spawn the lease thread");
     }
 
     /// Puts this writer's lease again, unless it learns that another writer
@@ -1688,6 +1709,11 @@ impl Storage for ObjectStorage {
 
     fn take_over(&self) -> Result<(), IoError> {
         ObjectStorage::take_over(self).map_err(|e| self.as_io("take over", e))
+    }
+
+    fn step_down(&self) {
+        let _log = self.inner.log.lock();
+        self.inner.read_only.store(true, Ordering::Release);
     }
 
     fn announce(&self, note: &str) {

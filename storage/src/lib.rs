@@ -175,6 +175,13 @@ pub trait Storage: Send + Sync + Debug {
             ),
         ))
     }
+    /// After [`Storage::take_over`] succeeded but the engine could not
+    /// open the store as its writer: read-only again, following, and no
+    /// longer renewing the writer's lease, so that a standby takes over
+    /// from it as from a writer that died (its fence stays; a later
+    /// takeover fences past it). Nothing it wrote is lost: it wrote only
+    /// its fence. Does nothing where `take_over` is not supported.
+    fn step_down(&self) {}
     /// For a read-only open of a store another process writes (a
     /// *follower*): learns what that writer made durable since the open or
     /// the last call, so that segments grow and appear as they did for the

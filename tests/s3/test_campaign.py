@@ -36,10 +36,13 @@ checks by program:
   3. each client's reads are consistent with one order of its operations:
      a read of its own key never returns None (or an older register value)
      once it saw the write acknowledged;
-  4. at the end the final writer is the one server that accepts writes,
-     and the old writer, if it was resumed, refuses them; and it is the one
-     server that says it is the master (ROLE): a writer that was fenced
-     says it is a replica, whose reads may be behind. (KIVI_CAMPAIGN_STRICT_ROLE=0
+  4. at the end exactly one server accepts writes, the final writer:
+     the one that took the last acknowledged write, or a standby that took
+     over from it later with no write since (a lease renewal that came
+     late under load; printed as a note); the old writer, if it was
+     resumed, refuses them; and the final writer is the one server that
+     says it is the master (ROLE): a writer that was fenced says it is a
+     replica, whose reads may be behind. (KIVI_CAMPAIGN_STRICT_ROLE=0
      makes a second master a printed note instead.)
 
 KIVI_CAMPAIGN_TRIALS sets the number of trials (default 3: 15-20 s with a
@@ -314,7 +317,7 @@ class Trial:
                 try:
                     replies[s] = c.execute_command("REPLICAOF", "NO", "ONE")
                 except redis.RedisError as e:
-                    replies[s] = e
+                    replies[s] = f"{type(e).__name__}: {e}"
                 finally:
                     c.close()
 
@@ -399,11 +402,8 @@ class Trial:
         roles = {i: self.role(i, timeout=5) for i in self.alive()}
         masters = [i for i, r in roles.items() if r == b"master"]
         last = max((op for op in acked if op.kind in ("mset", "reg-set")), key=lambda op: op.done)
-        final = last.server
-        if final == writer:
+        if last.server == writer:
             self.violation(f"the last acknowledged write went to the old writer: {last}")
-        if roles.get(final) != b"master":
-            self.violation(f"the final writer, server {final}, says {roles.get(final)}")
         accepting = []
         for i in self.alive():
             c = connect(self.addrs[i], 10)
@@ -416,8 +416,23 @@ class Trial:
                     self.log(f"the resumed old writer refuses a write: {e}")
             finally:
                 c.close()
-        if accepting != [final]:
-            self.violation(f"servers accepting writes at the end: {accepting}, not [{final}]")
+        # The final writer is the one server that accepts writes. It is
+        # the one that took the last acknowledged write unless a standby
+        # took over again after it, with no write since (a lease renewal
+        # late past the timeout on a loaded machine): safe, and noted; the
+        # checks below then hold on the server that took over last.
+        final = accepting[0] if len(accepting) == 1 else last.server
+        if len(accepting) != 1:
+            self.violation(f"servers accepting writes at the end: {accepting}, not one")
+        elif final != last.server:
+            msg = (
+                f"server {final} took over after the last acknowledged write (on server "
+                f"{last.server}), which now refuses writes"
+            )
+            self.log(f"NOTE: {msg}")
+            self.notes.append(f"seed {self.seed}: {msg}")
+        if roles.get(final) != b"master":
+            self.violation(f"the final writer, server {final}, says {roles.get(final)}")
         if len(masters) > 1:
             # A fenced writer that has found out (its commit failed) still
             # answers ROLE master, and reads from what it had: say whether
