@@ -559,10 +559,11 @@ impl Db {
     /// rather than remembered: on an object store, one or two requests
     /// that find a takeover this writer has not met yet (it was idle or
     /// paused), after which it is fenced ([`Db::is_fenced`]). False for a
-    /// follower. For answering who the writer is (ROLE, INFO), not for
-    /// every command.
+    /// follower or any read-only open. For answering who the writer is
+    /// (ROLE, INFO), not for every command.
     pub fn confirm_writer(&self) -> bool {
-        !self.is_follower() && self.store().storage().confirm_writer()
+        let store = self.store();
+        !store.opts().read_only && store.storage().confirm_writer()
     }
 
     /// The lease of the store's writer as it stands now (one request; on

@@ -146,7 +146,6 @@ struct Inner {
     fenced_flag: AtomicBool,
     /// What this writer's lease says besides who it is (`announce`).
     lease_note: Mutex<String>,
-    /// The lease's renewing thread has started (a writer's, once).
     /// Whether the lease thread runs (it ends once this open is no longer
     /// the writer, and a later takeover starts it again).
     lease_running: AtomicBool,

@@ -152,7 +152,7 @@ pub trait Storage: Send + Sync + Debug {
     /// paused or idle while another took over learns it here, and is
     /// fenced from then on). May cost a request; for answering a client
     /// that asks which server is the writer (ROLE, INFO), not for every
-    /// command. False for a read-only open.
+    /// command. Asked of writers only (a read-only open is none).
     fn confirm_writer(&self) -> bool {
         !self.is_fenced()
     }
