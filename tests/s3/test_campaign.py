@@ -278,11 +278,18 @@ class Trial:
                 return new
             if old in self.paused:
                 # A stopped process stays stopped until it is sent SIGCONT:
-                # if not, the harness (or something else on the machine)
-                # broke the fault, not kivi.
+                # if not, something outside kivi broke the fault. One cause
+                # seen: the kernel sends SIGHUP and SIGCONT to every process
+                # of a process group that becomes orphaned while one of them
+                # is stopped, as when the shell that started this test in
+                # the background exits (run it in a session of its own:
+                # setsid).
                 state = proc_state(self.servers[old].proc.pid)
                 if state != "T":
-                    self.violation(f"the paused writer is not stopped (state {state}) before its SIGCONT")
+                    self.violation(
+                        f"the paused writer is not stopped (state {state}) before its SIGCONT: "
+                        "the fault was not applied (was this test's process group orphaned?)"
+                    )
                     return []
             time.sleep(0.02)
         self.violation(f"no standby took over within {seconds} s of the fault ({self.fault})")
