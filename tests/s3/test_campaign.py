@@ -431,6 +431,8 @@ class Trial:
         final = accepting[0] if len(accepting) == 1 else last.server
         if len(accepting) != 1:
             self.violation(f"servers accepting writes at the end: {accepting}, not one")
+        elif final == writer:
+            self.violation(f"the old writer, server {writer}, is the one accepting writes at the end")
         elif final != last.server:
             msg = (
                 f"server {final} took over after the last acknowledged write (on server "
