@@ -157,8 +157,8 @@ pub(crate) fn lag(
             1,
         );
         r.ops_per_sec = Some(phase.writes as f64 / phase.write_secs);
-        r.p50_us = crate::lag::percentile_us(&phase.lags, 50.0);
-        r.p99_us = crate::lag::percentile_us(&phase.lags, 99.0);
+        r.p50_us = crate::measure::percentile_us(&phase.lags, 50.0);
+        r.p99_us = crate::measure::percentile_us(&phase.lags, 99.0);
         let mut line = format!(
             "SlateDB reader lag, poll {} ms{}, {} writers ({:.0} writes/s, {:.0} s of writes): \
              p50 {:.1} ms, p99 {:.1} ms over {} markers",

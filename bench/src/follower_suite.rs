@@ -28,7 +28,7 @@
 //!    apart near a renewal, and the takeover.)
 
 use crate::kv40::{self, Rng};
-use crate::lag::percentile_us;
+use crate::measure::percentile_us;
 use crate::{io_err, prepare_dir, BenchError, Record};
 use kivi::{Db, Options, WriteBatch};
 use kivi_object_storage::{Config, ObjectStorage};

@@ -7,7 +7,6 @@
 //! that time.
 
 use crate::kv40::{self, Rng};
-use crate::measure::percentile;
 use crate::BenchError;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
@@ -124,11 +123,4 @@ where
             gave_up,
         })
     })
-}
-
-/// The nearest-rank `p`-th percentile (0-100) of `v`, in microseconds.
-pub(crate) fn percentile_us(v: &[Duration], p: f64) -> Option<f64> {
-    let mut nanos: Vec<u64> = v.iter().map(|d| d.as_nanos() as u64).collect();
-    nanos.sort_unstable();
-    percentile(&nanos, p)
 }

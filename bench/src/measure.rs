@@ -148,6 +148,13 @@ pub fn percentile(sorted_nanos: &[u64], p: f64) -> Option<f64> {
     Some(sorted_nanos[i] as f64 / 1000.0)
 }
 
+/// The nearest-rank `p`-th percentile (0-100) of `v`, in microseconds.
+pub fn percentile_us(v: &[std::time::Duration], p: f64) -> Option<f64> {
+    let mut nanos: Vec<u64> = v.iter().map(|d| d.as_nanos() as u64).collect();
+    nanos.sort_unstable();
+    percentile(&nanos, p)
+}
+
 /// Nanoseconds since `t`, for latency samples.
 pub fn nanos_since(t: Instant) -> u64 {
     t.elapsed().as_nanos().try_into().unwrap_or(u64::MAX)
