@@ -20,7 +20,8 @@
 
 mod common;
 
-use common::{env_u64, panic_message, show, Model};
+use common::damage::{guarded, judge_opened, judge_refusal};
+use common::{env_u64, panic_message, Model};
 use kivi::storage::{MemoryStorage, Storage};
 use kivi::{Db, Error, Options, WriteBatch};
 use kivi_storage::SimStorage;
@@ -292,18 +293,7 @@ fn judge(store: &Store, d: &Damage, read_only: bool, out: &mut Outcomes) -> Resu
     let db = match Db::open_with_storage(Arc::new(mem), opts(read_only)) {
         Err(Error::Corrupt(c)) => {
             out.refused += 1;
-            if c.file != seg.name {
-                return Err(format!(
-                    "open reports the corruption in {} (offset {}: {}), the damage is in {}",
-                    c.file, c.offset, c.what, seg.name
-                ));
-            }
-            if c.offset as usize > d.offset + d.bytes.len() {
-                return Err(format!(
-                    "open reports the corruption at an offset past the damage: {c}"
-                ));
-            }
-            return Ok(());
+            return judge_refusal(&c, &seg.name, d.offset + d.bytes.len());
         }
         Err(e) => return Err(format!("open failed with a non-corruption error: {e:?}")),
         Ok(db) => db,
@@ -315,76 +305,12 @@ fn judge(store: &Store, d: &Damage, read_only: bool, out: &mut Outcomes) -> Resu
     } else {
         &store.full
     };
-    let mut problems_seen = false;
-    let mut bad_read = |e: Error, what: &str| -> Result<(), String> {
-        if !e.is_corruption() {
-            return Err(format!("{what} failed with a non-corruption error: {e}"));
-        }
-        problems_seen = true;
-        Ok(())
-    };
-    for k in &store.probe {
-        match db.get(k) {
-            Ok(got) => {
-                if got.as_ref() != expected.get(k) {
-                    return Err(format!(
-                        "get({}) returned a wrong answer: {:?}, expected {:?}",
-                        show(k),
-                        got.map(|v| show(&v)),
-                        expected.get(k).map(|v| show(v))
-                    ));
-                }
-            }
-            Err(e) => bad_read(e, &format!("get({})", show(k)))?,
-        }
-    }
-    let want: Vec<(&Vec<u8>, &Vec<u8>)> = expected.iter().collect();
-    for (dir, items) in [
-        ("forward", db.iter().collect::<Vec<_>>()),
-        ("reverse", db.iter().rev().collect::<Vec<_>>()),
-    ] {
-        for (i, item) in items.into_iter().enumerate() {
-            let w = if dir == "forward" {
-                want.get(i)
-            } else {
-                want.len().checked_sub(i + 1).and_then(|j| want.get(j))
-            };
-            match item {
-                Ok((k, v)) => {
-                    if Some((&k, &v)) != w.map(|(a, b)| (*a, *b)) {
-                        return Err(format!(
-                            "{dir} scan item {i} is {} = {} bytes, expected {:?}",
-                            show(&k),
-                            v.len(),
-                            w.map(|(k, v)| format!("{} = {} bytes", show(k), v.len()))
-                        ));
-                    }
-                }
-                Err(e) => {
-                    bad_read(e, &format!("{dir} scan"))?;
-                    break;
-                }
-            }
-        }
-    }
-    if problems_seen {
+    let opened = judge_opened(&db, expected, &store.probe, in_last_record)?;
+    if opened.read_errors {
         out.read_errors += 1;
     }
-    let found = match db.check() {
-        Ok(r) => !r.is_healthy(),
-        Err(e) if e.is_corruption() => true,
-        Err(e) => return Err(format!("check failed with a non-corruption error: {e}")),
-    };
-    if found {
+    if opened.found_by_check {
         out.found_by_check += 1;
-    } else if problems_seen {
-        return Err("reads failed with corruption, yet check() reports nothing".into());
-    } else if !in_last_record {
-        return Err(
-            "the store opened, every read was right and check() reports nothing: the damage \
-             went unnoticed"
-                .into(),
-        );
     }
     drop(db);
     Ok(())
@@ -392,21 +318,12 @@ fn judge(store: &Store, d: &Damage, read_only: bool, out: &mut Outcomes) -> Resu
 
 /// Runs each damage case under `catch_unwind`, fails with every bad case.
 fn run_cases(test: &str, cases: Vec<Damage>) {
-    common::watch_library_panics();
     let store = store();
     let mut out = Outcomes::default();
     let mut failures = Vec::new();
     for (n, d) in cases.iter().enumerate() {
         let read_only = n % 4 == 3;
-        let r = catch_unwind(AssertUnwindSafe(|| judge(store, d, read_only, &mut out)));
-        let lib = common::take_library_panics();
-        let err = match r {
-            Err(p) => Some(format!("PANIC: {}", panic_message(p.as_ref()))),
-            Ok(Err(e)) => Some(e),
-            Ok(Ok(())) if !lib.is_empty() => Some(format!("library thread panicked: {lib:?}")),
-            Ok(Ok(())) => None,
-        };
-        if let Some(e) = err {
+        if let Err(e) = guarded(|| judge(store, d, read_only, &mut out)) {
             let seg = &store.segs[d.seg];
             failures.push(format!(
                 "{} ({:?} segment) offset {} ({}), {} bytes written {:02x?}, read_only={read_only}: {e}",

@@ -14,6 +14,7 @@
 #![allow(dead_code)]
 
 pub mod child;
+pub mod damage;
 
 use kivi::{Db, Options};
 use std::collections::{BTreeMap, HashMap};
