@@ -7,6 +7,8 @@
 #   tests/faults/lazyfs.sh install             build target/lazyfs/bin/lazyfs if missing
 #   tests/faults/lazyfs.sh mount ROOT MNT FIFO  mount LazyFS at MNT over the directory ROOT;
 #                                              fault commands go to FIFO (prints LazyFS's pid)
+#   tests/faults/lazyfs.sh run ROOT MNT FIFO    the same in the foreground: this process becomes
+#                                              LazyFS (for a driver that waits on it)
 #   tests/faults/lazyfs.sh umount MNT          unmount (also a LazyFS that was killed)
 #   tests/faults/lazyfs.sh clear FIFO          drop every unsynced write (lazyfs::clear-cache)
 #
@@ -79,9 +81,8 @@ EOF
     echo "lazyfs.sh: built $bin" >&2
 }
 
-mount_lazyfs() {
+write_config() {
     local root=$1 mnt=$2 fifo=$3
-    install
     mkdir -p "$root" "$mnt"
     [ -p "$fifo" ] || { rm -f "$fifo"; mkfifo "$fifo"; }
     local conf=$fifo.toml log=$fifo.log
@@ -99,6 +100,12 @@ blocks_per_page=1
 log_all_operations=false
 logfile="$log"
 EOF
+}
+
+mount_lazyfs() {
+    local root=$1 mnt=$2 fifo=$3 conf=$3.toml log=$3.log
+    install
+    write_config "$root" "$mnt" "$fifo"
     "$bin" "$mnt" --config-path "$conf" -o allow_other -o modules=subdir -o subdir="$root" -f \
         >>"$log.stdout" 2>&1 </dev/null &
     local pid=$!
@@ -125,10 +132,16 @@ umount_lazyfs() {
 case "${1:-}" in
 install) install ;;
 mount) mount_lazyfs "$2" "$3" "$4" ;;
+run)
+    install
+    write_config "$2" "$3" "$4"
+    LD_LIBRARY_PATH="$base/bin" exec "$base/bin/lazyfs.real" "$3" --config-path "$4.toml" \
+        -o allow_other -o modules=subdir -o subdir="$2" -f
+    ;;
 umount) umount_lazyfs "$2" ;;
 clear) printf 'lazyfs::clear-cache\n' >"$2" ;;
 *)
-    sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac
