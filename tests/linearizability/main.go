@@ -1,0 +1,281 @@
+// Command linearizability runs kivi serve under concurrent RESP clients,
+// SIGKILLs and restarts it mid-run, and checks each recorded history with
+// porcupine against a model of kivi's commands (model.go). See README.md.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+type config struct {
+	bin          string
+	histories    int
+	duration     time.Duration
+	clients      int
+	keys         int
+	kills        int
+	think        time.Duration
+	seed         int64
+	out          string
+	checkTimeout time.Duration
+	forever      bool
+	tamper       bool
+	replay       string
+	until        time.Duration
+	saveAll      bool
+}
+
+func main() {
+	var cfg config
+	var until string
+	flag.StringVar(&cfg.bin, "kivi", os.Getenv("KIVI_BIN"), "the kivi binary (default: $KIVI_BIN)")
+	flag.IntVar(&cfg.histories, "histories", 1, "histories to record and check")
+	flag.DurationVar(&cfg.duration, "duration", 15*time.Second, "how long clients send requests, per history")
+	flag.IntVar(&cfg.clients, "clients", 16, "concurrent clients, each its own connection")
+	flag.IntVar(&cfg.keys, "keys", 6, fmt.Sprintf("keys the clients share (at most %d)", maxKeys))
+	flag.IntVar(&cfg.kills, "kills", 3, "SIGKILLs in the middle of each history (one more ends it)")
+	flag.DurationVar(&cfg.think, "think", 2*time.Millisecond, "a client's pause between requests, at most (random)")
+	flag.Int64Var(&cfg.seed, "seed", 0, "random seed (0: from the clock); history i uses seed+i")
+	flag.StringVar(&cfg.out, "out", "linearizability-failures", "where a failing history and its visualization go")
+	flag.DurationVar(&cfg.checkTimeout, "check-timeout", 5*time.Minute, "most time porcupine may take per history")
+	flag.StringVar(&until, "unknown-until", "death", "an unanswered request's interval ends at its server's death, or 'forever'")
+	flag.BoolVar(&cfg.tamper, "tamper", false, "also plant a stale read in each history and require porcupine to reject it")
+	flag.StringVar(&cfg.replay, "replay", "", "check a saved history (JSON) instead of running the server")
+	flag.DurationVar(&cfg.until, "replay-until", 0, "with -replay: check only what was sent before this time into the run")
+	flag.BoolVar(&cfg.saveAll, "save-all", false, "save every history under -out, not only failing ones")
+	flag.Parse()
+	cfg.forever = until == "forever"
+	if until != "death" && until != "forever" {
+		fatalf("-unknown-until is death or forever")
+	}
+	if cfg.seed == 0 {
+		cfg.seed = time.Now().UnixNano()
+	}
+	if cfg.replay != "" {
+		h, err := loadHistory(cfg.replay)
+		if err != nil {
+			fatalf("%v", err)
+		}
+		if cfg.until > 0 {
+			h = h.prefix(int64(cfg.until))
+		}
+		res, c, dt := check(h, &cfg, "replay")
+		fmt.Printf("%s: %d ops (%d unknown), %d kills, check %.1fs: %s\n",
+			cfg.replay, c.Ops, c.Unknown, c.Kills, dt.Seconds(), res)
+		if res != porcupine.Ok {
+			os.Exit(1)
+		}
+		return
+	}
+	if cfg.bin == "" {
+		fatalf("no kivi binary: give -kivi or KIVI_BIN")
+	}
+	if cfg.keys < 1 || cfg.keys > maxKeys {
+		fatalf("-keys is 1 to %d", maxKeys)
+	}
+	os.Exit(campaign(&cfg))
+}
+
+func fatalf(format string, args ...interface{}) {
+	fmt.Fprintf(os.Stderr, "linearizability: "+format+"\n", args...)
+	os.Exit(2)
+}
+
+// campaign runs the histories and prints a line for each and the total;
+// its exit status is 1 if any history was not found linearizable.
+func campaign(cfg *config) int {
+	begin := time.Now()
+	var total Counts
+	failed, kills := 0, 0
+	fmt.Printf("seed %d, %d clients, %d keys, %s per history, %d kills each (+1 at the end)\n",
+		cfg.seed, cfg.clients, cfg.keys, cfg.duration, cfg.kills)
+	for i := 0; i < cfg.histories; i++ {
+		name := fmt.Sprintf("history %d/%d", i+1, cfg.histories)
+		h, err := record(cfg, cfg.seed+int64(i))
+		if err != nil {
+			fmt.Printf("%s: %v\n", name, err)
+			failed++
+			continue
+		}
+		res, c, dt := check(h, cfg, fmt.Sprintf("history-%d", cfg.seed+int64(i)))
+		kills += c.Kills
+		total.Ops += c.Ops
+		total.Unknown += c.Unknown
+		total.Errors += c.Errors
+		note := ""
+		if c.Errors > 0 {
+			note = fmt.Sprintf(", %d unexpected error replies (e.g. %s)", c.Errors, h.Errors[0])
+		}
+		if res == porcupine.Ok && cfg.tamper {
+			note += ", " + tamperCheck(h, cfg)
+		}
+		fmt.Printf("%s: %d ops, %d unknown (%d left out), %d kills, check %.1fs: %s%s\n",
+			name, c.Ops, c.Unknown, c.Dropped, c.Kills, dt.Seconds(), verdict(res), note)
+		if res != porcupine.Ok {
+			failed++
+		}
+	}
+	fmt.Printf("total: %d histories, %d ops, %d kills, %d unknown outcomes, %d unexpected errors, %d not linearizable or unchecked, %s\n",
+		cfg.histories, total.Ops, kills, total.Unknown, total.Errors, failed, time.Since(begin).Round(time.Second))
+	if failed > 0 || tamperFailures > 0 {
+		return 1
+	}
+	return 0
+}
+
+func verdict(r porcupine.CheckResult) string {
+	switch r {
+	case porcupine.Ok:
+		return "linearizable"
+	case porcupine.Illegal:
+		return "NOT LINEARIZABLE"
+	}
+	return "UNDECIDED (the checker timed out)"
+}
+
+// check runs porcupine on a history; when it is not found linearizable,
+// the history and porcupine's visualization are saved under cfg.out.
+func check(h *History, cfg *config, name string) (porcupine.CheckResult, Counts, time.Duration) {
+	kv := newKV(h.Keys)
+	model := kv.model()
+	ops, c := h.operations(cfg.forever)
+	t := time.Now()
+	res := porcupine.CheckOperationsTimeout(model, ops, cfg.checkTimeout)
+	dt := time.Since(t)
+	if res != porcupine.Ok || cfg.saveAll {
+		if err := os.MkdirAll(cfg.out, 0o755); err == nil {
+			base := filepath.Join(cfg.out, name)
+			if err := h.save(base + ".json"); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+			}
+			if res == porcupine.Illegal {
+				_, info := porcupine.CheckOperationsVerbose(model, ops, cfg.checkTimeout)
+				h.annotate(&info)
+				if err := porcupine.VisualizePath(model, info, base+".html"); err != nil {
+					fmt.Fprintln(os.Stderr, err)
+				}
+			}
+			if res != porcupine.Ok {
+				fmt.Printf("saved %s.json (-replay it) and %s.html\n", base, base)
+			}
+		}
+	}
+	return res, c, dt
+}
+
+// record runs the server and the clients for one history.
+func record(cfg *config, seed int64) (*History, error) {
+	r := rand.New(rand.NewSource(seed))
+	dir, err := os.MkdirTemp("", "kivi-linearizability-")
+	if err != nil {
+		return nil, err
+	}
+	log, err := os.Create(filepath.Join(dir, "server.log"))
+	if err != nil {
+		return nil, err
+	}
+	defer log.Close()
+	begin := time.Now()
+	clock := func() int64 { return int64(time.Since(begin)) }
+	srv := newServer(cfg.bin, filepath.Join(dir, "store"), log, clock)
+	h := &History{Seed: seed}
+	for i := 0; i < cfg.keys; i++ {
+		h.Keys = append(h.Keys, fmt.Sprintf("k%d", i))
+	}
+	if err := srv.spawn(true); err != nil {
+		return nil, fmt.Errorf("%v (log: %s)", err, log.Name())
+	}
+	stop := make(chan struct{})
+	clients := make([]*client, cfg.clients)
+	var wg sync.WaitGroup
+	for i := range clients {
+		c := &client{id: i, r: rand.New(rand.NewSource(r.Int63())), keys: h.Keys, srv: srv,
+			seen: map[string]string{}, clock: clock}
+		clients[i] = c
+		wg.Add(1)
+		go func() { defer wg.Done(); c.run(stop, cfg.think) }()
+	}
+	var failure error
+	for _, at := range killTimes(r, cfg) {
+		time.Sleep(time.Until(begin.Add(at)))
+		if failure = restart(srv, h, r, clock); failure != nil {
+			break
+		}
+	}
+	time.Sleep(time.Until(begin.Add(cfg.duration)))
+	close(stop)
+	wg.Wait()
+	if failure == nil {
+		// One more kill once every client is done, then one read of
+		// everything: what the last requests left must have survived.
+		failure = restart(srv, h, r, clock)
+	}
+	if failure == nil {
+		final := &client{id: cfg.clients, r: r, keys: h.Keys, srv: srv, seen: map[string]string{}, clock: clock}
+		final.finalRead()
+		clients = append(clients, final)
+	}
+	srv.kill()
+	if failure != nil {
+		return nil, fmt.Errorf("%v (store and log kept in %s)", failure, dir)
+	}
+	for _, c := range clients {
+		h.Ops = append(h.Ops, c.ops...)
+		h.Errors = append(h.Errors, c.errs...)
+	}
+	sort.Slice(h.Ops, func(i, j int) bool { return h.Ops[i].Call < h.Ops[j].Call })
+	os.RemoveAll(dir)
+	return h, nil
+}
+
+// killTimes spreads the kills over the middle of the run, at random.
+func killTimes(r *rand.Rand, cfg *config) []time.Duration {
+	var at []time.Duration
+	for i := 0; i < cfg.kills; i++ {
+		at = append(at, cfg.duration/10+time.Duration(r.Int63n(int64(cfg.duration*8/10))))
+	}
+	sort.Slice(at, func(i, j int) bool { return at[i] < at[j] })
+	return at
+}
+
+// restart SIGKILLs the server and starts it again on the same store. Now
+// and then the new process is killed too, a few milliseconds in, while it
+// recovers, before the one that serves.
+func restart(srv *server, h *History, r *rand.Rand, clock func() int64) error {
+	h.Kills = append(h.Kills, srv.kill())
+	if r.Intn(4) == 0 {
+		if err := srv.spawn(false); err != nil {
+			return err
+		}
+		time.Sleep(time.Duration(r.Intn(30)) * time.Millisecond)
+		h.Kills = append(h.Kills, srv.kill())
+	}
+	time.Sleep(time.Duration(r.Intn(200)) * time.Millisecond)
+	if err := srv.spawn(true); err != nil {
+		return err
+	}
+	h.Kills[len(h.Kills)-1].Up = clock()
+	return nil
+}
+
+// finalRead reads the whole key set once, after the last restart.
+func (c *client) finalRead() {
+	stop := make(chan struct{})
+	cn, epoch := c.connect(stop)
+	defer cn.close()
+	in := Input{Cmds: [][]string{{"RANGE", "", ""}}}
+	op := Op{Client: c.id, Input: in, Epoch: epoch, Call: c.clock()}
+	reply, err := c.do(cn, in)
+	op.Return = c.clock()
+	op.Output = Output{Unknown: err != nil, Reply: reply}
+	c.ops = append(c.ops, op)
+}
