@@ -332,7 +332,7 @@ class ServeWriter:
     CONNS = 4
     WINDOW = 16
 
-    def __init__(self, exe, store, run, port, no_fsync):
+    def __init__(self, exe, store, run, port, no_fsync, log):
         self.run = run
         self.port = port
         self.acked = [-1] * self.CONNS   # the last seq answered +OK, per connection
@@ -345,7 +345,7 @@ class ServeWriter:
                 "--log-level", "warn"]
         if no_fsync:
             args.insert(3, "--no-fsync")
-        self.errlog = open(os.path.join(os.path.dirname(store), "serve.stderr"), "ab")
+        self.errlog = open(log, "ab")
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=self.errlog,
                                      stdin=subprocess.DEVNULL)
         self.threads = [threading.Thread(target=self._conn, args=(c,), daemon=True)
@@ -619,7 +619,8 @@ def main():
             if a.writer == "child":
                 w = ChildWriter(child, store, run)
             else:
-                w = ServeWriter(kivi, store, run, free_port(), a.no_fsync)
+                w = ServeWriter(kivi, store, run, free_port(), a.no_fsync,
+                                os.path.join(base, "serve.stderr"))
             during_open = rng.random() < 0.1
             if during_open:
                 time.sleep(rng.uniform(0, 0.2))
@@ -643,6 +644,27 @@ def main():
                 else:
                     point = "LazyFS killed itself %s %s" % (timing, op)
                     tot["op_fired"] += 1
+            exited = w.proc.poll()
+            if exited is not None and fs.alive():
+                # The writer stopped by itself, with no fault to explain it.
+                w.finish()
+                err = getattr(w, "stderr", b"") or b""
+                if not err:
+                    try:
+                        with open(os.path.join(base, "serve.stderr"), "rb") as f:
+                            err = f.read()
+                    except OSError:
+                        pass
+                print("cycle %d: the writer exited by itself (status %s) before the cut (%s):\n   %s"
+                      % (cycle, exited, point or "clear-cache",
+                         err.decode("utf-8", "replace")[-3000:].replace("\n", "\n   ")), flush=True)
+                fs.umount()
+                keep = os.path.join(base, "failed-cycle-%d" % cycle)
+                shutil.rmtree(keep, ignore_errors=True)
+                shutil.copytree(fs.root, keep)
+                print("   the store: %s (seed %d)" % (keep, seed), flush=True)
+                failed = True
+                break
             if mode == "cut":
                 os.kill(w.proc.pid, signal.SIGSTOP)
                 if fs.alive():
