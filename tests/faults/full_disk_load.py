@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The client half of tests/faults/full_disk.sh (standard library only).
 
-  full_disk_load.py fill PORT STATE FILLER
+  full_disk_load.py fill PORT STATE FILLER [--fault-cmd CMD --free-cmd CMD] [--resume no]
       Four RESP connections pipeline SETs of new keys (1-16 KiB values)
       until the disk is full and every connection has had writes refused
       for a while; records each error text. Then: GETs of acknowledged keys
@@ -9,6 +9,10 @@
       be freed) and, without restarting the server, sends SETs until they
       are accepted again, then 100 more per connection, all of which must
       be accepted; then reads every key back. Writes STATE (JSON).
+      With --fault-cmd, that shell command, run after 2 s of writing, makes
+      writes fail (instead of the disk filling), and --free-cmd ends it;
+      --resume no: writes are not expected to resume (the file system has
+      gone read-only), only reads are checked.
   full_disk_load.py verify PORT STATE
       Every acknowledged write is there with its value, and no refused
       write appeared.
@@ -134,10 +138,21 @@ class Writer:
                 self.first_refusal = time.time()
 
 
-def fill(port, state_path, filler):
+def fill(port, state_path, filler, fault_cmd=None, free_cmd=None, resume=True):
+    """FILLER: the file to delete to free space (or, with free_cmd, a path
+    on the file system to report the space of). fault_cmd: a shell command
+    run after 2 s of writing that makes writes fail (else the disk fills);
+    free_cmd: the shell command that ends the fault (else FILLER is deleted)."""
+    import subprocess
     t0 = time.time()
     ws = [Writer(port, c) for c in range(CONNS)]
     failures = []
+    if fault_cmd:
+        def fault():
+            time.sleep(2)
+            print("fault: after %.1f s of writing: %s" % (time.time() - t0, fault_cmd), flush=True)
+            subprocess.run(fault_cmd, shell=True, check=True)
+        threading.Thread(target=fault, daemon=True).start()
 
     # 1. Fill: until every connection has had writes refused for 2 s (or 300 s in all).
     def stop_for(w):
@@ -162,7 +177,7 @@ def fill(port, state_path, filler):
     for text, n in sorted(errors.items(), key=lambda kv: -kv[1]):
         print("  error clients got (%d times): -%s" % (n, text))
     if refused == 0:
-        failures.append("the disk never filled: no write was refused")
+        failures.append("no write was refused: the fault never showed")
 
     # 2. Reads go on while writes are refused.
     c = Conn(port)
@@ -184,16 +199,29 @@ def fill(port, state_path, filler):
                 bad += 1
                 failures.append("refused write %r is visible" % key)
     kind, still = c.call(b"SET", b"probe-while-full", b"x" * 65536)
-    st = os.statvfs(os.path.dirname(filler))
-    print("file system: %d KiB available" % (st.f_bavail * st.f_frsize // 1024))
-    print("reads while full: %d GETs (acknowledged keys and refused ones) in %.2f s, %d wrong; "
+    try:
+        st = os.statvfs(os.path.dirname(filler))
+        print("file system: %d KiB available" % (st.f_bavail * st.f_frsize // 1024))
+    except OSError as e:
+        print("file system: statvfs: %s" % e)
+    print("reads while refusing writes: %d GETs (acknowledged keys and refused ones) in %.2f s, %d wrong; "
           "a SET then: %s %s" % (checked, time.time() - t1, bad, kind, still))
     if bad:
-        failures.append("%d reads wrong while the disk was full" % bad)
+        failures.append("%d reads wrong while writes were refused" % bad)
 
-    # 3. Free space, no restart: writes must resume.
-    os.unlink(filler)
-    os.sync()
+    # 3. Free space (or end the fault), no restart: writes must resume.
+    if free_cmd:
+        print("fault ends: %s" % free_cmd)
+        subprocess.run(free_cmd, shell=True, check=True)
+    else:
+        os.unlink(filler)
+        os.sync()
+    if not resume:
+        state = {"acked": {w.c: w.acked for w in ws}, "refused": {w.c: w.refused for w in ws},
+                 "errors": errors}
+        with open(state_path, "w") as f:
+            json.dump(state, f)
+        return failures + verify_state(port, state, "with the fault over, before restart")
     t2 = time.time()
     resumed = None
     tries = 0
@@ -210,11 +238,11 @@ def fill(port, state_path, filler):
             break
         time.sleep(0.05)
     if resumed is None:
-        failures.append("writes did not resume within 60 s of freeing space (%d tries; last: %s)" % (tries, text))
+        failures.append("writes did not resume within 60 s of the fault's end (%d tries; last: %s)" % (tries, text))
         print("resume: FAILED: %d tries in 60 s, last reply -%s" % (tries, text))
     else:
-        print("resume: %s freed; the first write accepted %.2f s later (try %d), no restart"
-              % (os.path.basename(filler), resumed, tries))
+        print("resume: %s; the first write accepted %.2f s later (try %d), no restart"
+              % ("fault ended" if free_cmd else os.path.basename(filler) + " deleted", resumed, tries))
         before = [len(w.refused) for w in ws]
         ts = [threading.Thread(target=w.pipeline, args=(lambda: False, 100)) for w in ws]
         for t in ts:
@@ -329,7 +357,10 @@ def embedded(kivi, store, state_path):
 
 def main():
     if len(sys.argv) >= 5 and sys.argv[1] == "fill":
-        failures = fill(int(sys.argv[2]), sys.argv[3], sys.argv[4])
+        opts = dict(zip(sys.argv[5::2], sys.argv[6::2]))
+        failures = fill(int(sys.argv[2]), sys.argv[3], sys.argv[4],
+                        fault_cmd=opts.get("--fault-cmd"), free_cmd=opts.get("--free-cmd"),
+                        resume=opts.get("--resume", "yes") == "yes")
     elif len(sys.argv) >= 4 and sys.argv[1] == "verify":
         with open(sys.argv[3]) as f:
             state = json.load(f)
