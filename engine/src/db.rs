@@ -267,16 +267,16 @@ impl Db {
         opts: Options,
         is_empty: &dyn Fn() -> Result<bool>,
     ) -> Result<Arc<Inner>> {
-        let store_id = identity::load_or_create(
+        let identity = identity::load_or_create(
             storage.as_ref(),
             &path,
             is_empty,
             opts.create_if_missing && !opts.read_only,
-            !opts.read_only,
         )?;
+        let store_id = identity.id;
         let pager = Pager::new(storage.clone(), opts.cache_bytes);
         let tree_cfg = TreeConfig::for_page_size(opts.page_size);
-        let rec = recover(&storage, &pager, store_id)?;
+        let rec = recover(&storage, &pager, store_id, identity.format)?;
         let read_only = opts.read_only;
         let ids = Arc::new(SegmentIds::after(rec.max_segment_id));
         let pacer = Arc::new(Pacer::new());
@@ -284,6 +284,9 @@ impl Db {
         let (writer, pages) = if opts.read_only {
             (None, None)
         } else {
+            // After recovery checked the identity against the segments,
+            // before anything is written.
+            identity::upgrade(storage.as_ref(), identity)?;
             for &id in &rec.garbage {
                 storage.delete_segment(id)?;
             }

@@ -23,7 +23,7 @@ use crate::version::Version;
 use crate::write_buffer::WriteBuffer;
 use kivi_log::{
     decode_record_at, read_header, CommitRecord, Corruption, RecordType, SegmentKind,
-    RECORD_HEADER_LEN, SEGMENT_HEADER_LEN,
+    FORMAT_VERSION, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN,
 };
 use kivi_storage::SegmentId;
 use parking_lot::Mutex;
@@ -445,7 +445,9 @@ impl Follower {
             storage.refresh(true)?;
             tail.listed_at = Instant::now();
             tries += 1;
-            match recover(storage, store.pager(), store.store_id()) {
+            // The writer may have upgraded the store's format since this
+            // follower read its identity: any format this build reads.
+            match recover(storage, store.pager(), store.store_id(), FORMAT_VERSION) {
                 // Deleted by the writer between the listing and the reading
                 // (what it deletes, the new state does not need).
                 Err(Error::Io(e)) if e.kind() == std::io::ErrorKind::NotFound && tries < 3 => {}

@@ -11,8 +11,22 @@ pub(crate) const IDENTITY: &str = "KIVI";
 const FIRST_LINE: &str = "kivi store";
 
 pub(crate) fn encode(store_id: [u8; 16]) -> Vec<u8> {
+    encode_format(store_id, FORMAT_VERSION)
+}
+
+/// The identity as a build of `format` wrote it (every format's is laid
+/// out alike).
+fn encode_format(store_id: [u8; 16], format: u32) -> Vec<u8> {
     let id: String = store_id.iter().map(|b| format!("{b:02x}")).collect();
-    format!("{FIRST_LINE}\nformat {FORMAT_VERSION}\nid {id}\n").into_bytes()
+    format!("{FIRST_LINE}\nformat {format}\nid {id}\n").into_bytes()
+}
+
+/// What the identity says: the store's id and the format it is in.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Identity {
+    pub id: [u8; 16],
+    /// No older than any segment's (see `upgrade`); recovery checks it.
+    pub format: u32,
 }
 
 /// The store id and the format the identity names.
@@ -48,26 +62,27 @@ pub(crate) fn decode(bytes: &[u8], path: &str) -> Result<([u8; 16], u32)> {
         *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16)
             .map_err(|_| bad("bad store id".into()))?;
     }
+    // The identity has no checksum: anything but the bytes kivi writes for
+    // this id and format is damage (an upper-case digit, a stray byte
+    // after the id), never the same identity read leniently.
+    if bytes != encode_format(id, version) {
+        return Err(bad(format!("{IDENTITY} is damaged: not as kivi writes it")));
+    }
     Ok((id, version))
 }
 
-/// Reads the identity, creating a new store when allowed and the place is empty.
+/// Reads the identity, creating a new store when allowed and the place is
+/// empty. An identity of an older format is upgraded by [`upgrade`], once
+/// recovery has checked it against the segments.
 pub(crate) fn load_or_create(
     storage: &dyn Storage,
     path: &str,
     is_empty: impl FnOnce() -> Result<bool>,
     create: bool,
-    writable: bool,
-) -> Result<[u8; 16]> {
+) -> Result<Identity> {
     if let Some(bytes) = storage.read_meta(IDENTITY)? {
-        let (id, version) = decode(&bytes, path)?;
-        if writable && version < FORMAT_VERSION {
-            // What this build writes is of its own format: say so before
-            // anything is written, so an older build refuses the store
-            // instead of finding records it does not know.
-            storage.write_meta(IDENTITY, &encode(id))?;
-        }
-        return Ok(id);
+        let (id, format) = decode(&bytes, path)?;
+        return Ok(Identity { id, format });
     }
     if !is_empty()? {
         return Err(Error::NotAStore {
@@ -83,7 +98,20 @@ pub(crate) fn load_or_create(
     }
     let id: [u8; 16] = rand::rng().random();
     storage.write_meta(IDENTITY, &encode(id))?;
-    Ok(id)
+    Ok(Identity {
+        id,
+        format: FORMAT_VERSION,
+    })
+}
+
+/// For a writable open, before it writes anything: what this build writes
+/// is of its own format, so the identity says so first, and an older build
+/// refuses the store instead of finding records it does not know.
+pub(crate) fn upgrade(storage: &dyn Storage, identity: Identity) -> Result<()> {
+    if identity.format < FORMAT_VERSION {
+        storage.write_meta(IDENTITY, &encode(identity.id))?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

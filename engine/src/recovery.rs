@@ -21,6 +21,7 @@
 use crate::checkpoint_format::unreferenced_below;
 use crate::commit_log::LogSegment;
 use crate::error::{Error, Result};
+use crate::identity::IDENTITY;
 use crate::version::{OpenCount, TreePairs, Version};
 use crate::write_buffer::{SpareArrays, Write, WriteBuffer};
 use kivi_log::{
@@ -77,16 +78,18 @@ fn corrupt(file: &str, offset: u64, what: impl Into<String>) -> Error {
 /// The store's state as the segments in `storage` leave it: the first
 /// version (the newest checkpoint's tree with the commits after it
 /// replayed), where the logs go on, and what to delete. Writes nothing.
-/// The phases, in order, are the functions below.
+/// `store_id` and `format` are what the identity names. The phases, in
+/// order, are the functions below.
 pub(crate) fn recover(
     storage: &Arc<dyn Storage>,
     pager: &Pager,
     store_id: [u8; 16],
+    format: u32,
 ) -> Result<Recovered> {
     let ids = storage.list_segments()?;
     let max_segment_id = ids.last().copied().unwrap_or(0);
     let mut garbage = Vec::new();
-    let segs = read_headers(storage, ids, store_id, &mut garbage)?;
+    let segs = read_headers(storage, ids, store_id, format, &mut garbage)?;
     let chain = find_log_chain(&segs, &mut garbage)?;
     let ends = scan_ends(&chain);
     let log = LogScan::scan(&chain, &ends)?;
@@ -120,13 +123,23 @@ pub(crate) fn recover(
 /// holds nothing and goes to `garbage` (`read_header` in tail mode tells
 /// that from a damaged header, which is corruption). A segment of another
 /// store was never written by this one: corruption, never data.
+///
+/// The identity has no checksum and every header has one, so when they
+/// disagree and no header agrees with the identity, the identity is what
+/// is reported damaged: it names another store than every segment does,
+/// or a format older than a segment's (a writable open upgrades the
+/// identity before it writes anything).
 fn read_headers(
     storage: &Arc<dyn Storage>,
     ids: Vec<SegmentId>,
     store_id: [u8; 16],
+    format: u32,
     garbage: &mut Vec<SegmentId>,
 ) -> Result<Vec<Seg>> {
+    let identity = || storage.meta_name(IDENTITY);
     let mut segs = Vec::with_capacity(ids.len());
+    let mut foreign = None;
+    let mut own = false;
     for id in ids {
         let name = storage.segment_name(id);
         let reader = storage.open_segment(id)?;
@@ -135,9 +148,20 @@ fn read_headers(
         match &header {
             None => garbage.push(id),
             Some(h) if h.store_id != store_id => {
-                return Err(corrupt(&name, 0, "segment belongs to another store"));
+                foreign.get_or_insert_with(|| name.clone());
             }
-            Some(_) => {}
+            Some(h) if h.format > format => {
+                return Err(corrupt(
+                    &identity(),
+                    0,
+                    format!(
+                        "names format {format}, but {name} was written in format {}: the \
+                         identity is damaged",
+                        h.format
+                    ),
+                ));
+            }
+            Some(_) => own = true,
         }
         segs.push(Seg {
             id,
@@ -147,7 +171,18 @@ fn read_headers(
             header,
         });
     }
-    Ok(segs)
+    match foreign {
+        Some(name) if own => Err(corrupt(&name, 0, "segment belongs to another store")),
+        Some(name) => Err(corrupt(
+            &identity(),
+            0,
+            format!(
+                "names another store than its segments ({name} and every other): the identity \
+                 is damaged, or the segments are another store's"
+            ),
+        )),
+        None => Ok(segs),
+    }
 }
 
 /// Phase 2: the log is the chain of commit segments linked by their

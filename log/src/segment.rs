@@ -68,6 +68,11 @@ pub struct SegmentHeader {
     /// Where the valid records of `prev_segment` end; anything after is a torn
     /// tail or a failed write and is never read.
     pub prev_end: u64,
+    /// The format the segment was written in: `FORMAT_VERSION` for the
+    /// segments this build writes, an older one for a segment of a store
+    /// this build upgraded. A store's identity names a format no older than
+    /// any of its segments' (it is upgraded before anything is written).
+    pub format: u32,
 }
 
 impl SegmentHeader {
@@ -76,7 +81,7 @@ impl SegmentHeader {
     pub fn encode(&self) -> Vec<u8> {
         let mut body = Vec::with_capacity(BODY_LEN);
         body.extend_from_slice(MAGIC);
-        body.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        body.extend_from_slice(&self.format.to_le_bytes());
         body.extend_from_slice(&self.store_id);
         body.extend_from_slice(&self.segment.to_le_bytes());
         body.push(self.kind as u8);
@@ -124,6 +129,7 @@ impl SegmentHeader {
             kind,
             prev_segment,
             prev_end,
+            format: version,
         })
     }
 }
@@ -141,6 +147,7 @@ mod tests {
             kind: SegmentKind::Pages,
             prev_segment: 4,
             prev_end: 1000,
+            format: FORMAT_VERSION,
         };
         let bytes = h.encode();
         let (ty, body, n) = decode_record_at(&bytes, 9, 0).unwrap();
@@ -159,6 +166,7 @@ mod tests {
             kind: SegmentKind::Commits,
             prev_segment: 0,
             prev_end: 0,
+            format: FORMAT_VERSION,
         };
         let bytes = h.encode();
         let body = &bytes[RECORD_HEADER_LEN..];

@@ -2,7 +2,7 @@
 
 use crate::blocks::{BlockPacker, PAGE_BLOCK_BYTES};
 use crate::record::{begin_record, finish_record, Addr, PageRef, RecordType};
-use crate::segment::{SegmentHeader, SegmentKind};
+use crate::segment::{SegmentHeader, SegmentKind, FORMAT_VERSION};
 use crate::Error;
 use kivi_storage::{IoError, PendingSync, SegmentId, SegmentWriter, Storage, MAX_SEGMENT_ID};
 use std::io;
@@ -86,6 +86,7 @@ impl SegmentAppender {
             kind,
             prev_segment,
             prev_end,
+            format: FORMAT_VERSION,
         };
         let mut writer = storage.create_segment(id)?;
         let bytes = header.encode();

@@ -1690,6 +1690,10 @@ impl Storage for ObjectStorage {
         self.inner.remote.target(&segment_file_name(id))
     }
 
+    fn meta_name(&self, name: &str) -> String {
+        self.inner.remote.target(&format::meta_name(name))
+    }
+
     fn remote_requests(&self) -> Option<RemoteRequests> {
         Some(self.requests())
     }

@@ -117,6 +117,11 @@ pub trait Storage: Send + Sync + Debug {
     fn write_meta(&self, name: &str, bytes: &[u8]) -> Result<(), IoError>;
     /// Human-readable name of a segment, used in error messages.
     fn segment_name(&self, id: SegmentId) -> String;
+    /// Human-readable name of a meta blob, used in error messages (a
+    /// damaged identity is reported as the blob's); by default the name.
+    fn meta_name(&self, name: &str) -> String {
+        name.to_string()
+    }
     /// For a backend on a remote service (an object store): the requests
     /// it made since it was opened and what its local cache did. `None`
     /// for local backends.

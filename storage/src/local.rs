@@ -398,6 +398,10 @@ impl Storage for LocalDir {
     fn segment_name(&self, id: SegmentId) -> String {
         self.shown(&segment_file_name(id))
     }
+
+    fn meta_name(&self, name: &str) -> String {
+        self.shown(name)
+    }
 }
 
 /// The file is made this much longer than its data at a time, by writing

@@ -42,6 +42,8 @@ type History struct {
 	Kills []Kill
 	// Errors are unexpected error replies (taken as unknown outcomes).
 	Errors []string
+	// ServerErrors are the server's log lines at ERROR (and panics).
+	ServerErrors []string
 }
 
 // Counts are what a history's report line says.

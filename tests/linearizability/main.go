@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -39,11 +40,15 @@ func main() {
 	var until string
 	flag.StringVar(&cfg.bin, "kivi", os.Getenv("KIVI_BIN"), "the kivi binary (default: $KIVI_BIN)")
 	flag.IntVar(&cfg.histories, "histories", 1, "histories to record and check")
-	flag.DurationVar(&cfg.duration, "duration", 15*time.Second, "how long clients send requests, per history")
+	flag.DurationVar(&cfg.duration, "duration", 10*time.Second, "how long clients send requests, per history")
 	flag.IntVar(&cfg.clients, "clients", 16, "concurrent clients, each its own connection")
 	flag.IntVar(&cfg.keys, "keys", 6, fmt.Sprintf("keys the clients share (at most %d)", maxKeys))
 	flag.IntVar(&cfg.kills, "kills", 3, "SIGKILLs in the middle of each history (one more ends it)")
-	flag.DurationVar(&cfg.think, "think", 2*time.Millisecond, "a client's pause between requests, at most (random)")
+	// At 50 ms, 16 clients keep 2 to 3 requests in flight on average and up
+	// to all 16 at a stall; with much less pause the requests overlap so
+	// much that porcupine's search (exponential in the overlap) takes
+	// minutes per history instead of seconds.
+	flag.DurationVar(&cfg.think, "think", 50*time.Millisecond, "a client's pause between requests, at most (random)")
 	flag.Int64Var(&cfg.seed, "seed", 0, "random seed (0: from the clock); history i uses seed+i")
 	flag.StringVar(&cfg.out, "out", "linearizability-failures", "where a failing history and its visualization go")
 	flag.DurationVar(&cfg.checkTimeout, "check-timeout", 5*time.Minute, "most time porcupine may take per history")
@@ -110,22 +115,26 @@ func campaign(cfg *config) int {
 		kills += c.Kills
 		total.Ops += c.Ops
 		total.Unknown += c.Unknown
+		total.Dropped += c.Dropped
 		total.Errors += c.Errors
 		note := ""
 		if c.Errors > 0 {
 			note = fmt.Sprintf(", %d unexpected error replies (e.g. %s)", c.Errors, h.Errors[0])
 		}
+		if len(h.ServerErrors) > 0 {
+			note += fmt.Sprintf(", %d ERROR lines in the server's log (e.g. %s)", len(h.ServerErrors), h.ServerErrors[0])
+		}
 		if res == porcupine.Ok && cfg.tamper {
 			note += ", " + tamperCheck(h, cfg)
 		}
-		fmt.Printf("%s: %d ops, %d unknown (%d left out), %d kills, check %.1fs: %s%s\n",
+		fmt.Printf("%s: %d ops, %d unanswered (%d left out), %d kills, check %.1fs: %s%s\n",
 			name, c.Ops, c.Unknown, c.Dropped, c.Kills, dt.Seconds(), verdict(res), note)
 		if res != porcupine.Ok {
 			failed++
 		}
 	}
-	fmt.Printf("total: %d histories, %d ops, %d kills, %d unknown outcomes, %d unexpected errors, %d not linearizable or unchecked, %s\n",
-		cfg.histories, total.Ops, kills, total.Unknown, total.Errors, failed, time.Since(begin).Round(time.Second))
+	fmt.Printf("total: %d histories, %d ops checked, %d kills, %d unanswered requests (%d writes checked as maybe applied, %d left out), %d unexpected errors, %d not linearizable or unchecked, %s\n",
+		cfg.histories, total.Ops, kills, total.Unknown, total.Unknown-total.Dropped, total.Dropped, total.Errors, failed, time.Since(begin).Round(time.Second))
 	if failed > 0 || tamperFailures > 0 {
 		return 1
 	}
@@ -233,6 +242,7 @@ func record(cfg *config, seed int64) (*History, error) {
 		h.Errors = append(h.Errors, c.errs...)
 	}
 	sort.Slice(h.Ops, func(i, j int) bool { return h.Ops[i].Call < h.Ops[j].Call })
+	h.ServerErrors = logErrors(log.Name())
 	os.RemoveAll(dir)
 	return h, nil
 }
@@ -278,4 +288,20 @@ func (c *client) finalRead() {
 	op.Return = c.clock()
 	op.Output = Output{Unknown: err != nil, Reply: reply}
 	c.ops = append(c.ops, op)
+}
+
+// logErrors is what the server logged at ERROR, or a panic: worth a look
+// even when the history is linearizable.
+func logErrors(path string) []string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	var found []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.Contains(line, " ERROR ") || strings.Contains(line, "panicked") {
+			found = append(found, line)
+		}
+	}
+	return found
 }
