@@ -291,6 +291,7 @@ class ChildWriter:
         self.acks = [-1] * self.THREADS
         self.ready = threading.Event()
         self.errors = []
+        self.err_line = None
         self.proc = subprocess.Popen(
             [exe, "kill-writer", store, str(run), str(self.THREADS)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
@@ -306,6 +307,8 @@ class ChildWriter:
             parts = line.split()
             if parts[:1] == [b"READY"]:
                 self.ready.set()
+            elif parts[:1] == [b"ERR"]:
+                self.err_line = line.decode("utf-8", "replace").strip()
             elif parts[:1] == [b"ACK"]:
                 t, n = int(parts[1]), int(parts[2])
                 if n != self.acks[t] + 1:
@@ -562,6 +565,9 @@ def main():
     ap.add_argument("--writer", choices=["child", "serve"], default="child")
     ap.add_argument("--cycles", type=int, default=100)
     ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--mode", choices=["mixed", "cut", "op"], default="mixed",
+                    help="how the power is cut: clear-cache with the writer frozen, LazyFS's crash at "
+                         "a file operation, or either at random (default)")
     ap.add_argument("--no-fsync", action="store_true", help="the control: kivi serve --no-fsync")
     ap.add_argument("--kivi", default=None, help="kivi binary (default target/release/kivi, else target/debug/kivi)")
     ap.add_argument("--child", default=os.path.join(REPO, "target/debug/kivi-test-child"))
@@ -630,7 +636,7 @@ def main():
                     raise RuntimeError("writer did not start: %s" % getattr(w, "stderr", b"")[-2000:])
                 time.sleep(rng.uniform(0.02, max_run))
                 when = "running"
-            mode = "cut" if rng.random() < 0.5 else "op"
+            mode = a.mode if a.mode != "mixed" else ("cut" if rng.random() < 0.5 else "op")
             point = ""
             if mode == "op":
                 timing, op = rng.choice(OPS)
@@ -638,6 +644,11 @@ def main():
                 deadline = time.time() + 3
                 while fs.alive() and time.time() < deadline and w.proc.poll() is None:
                     time.sleep(0.002)
+                # LazyFS closes its device before it is seen dead: a writer
+                # failing on its death can exit first.
+                deadline = time.time() + 2
+                while fs.alive() and w.proc.poll() is not None and time.time() < deadline:
+                    time.sleep(0.01)
                 if fs.alive():
                     point = "%s %s never came: cut" % (timing, op)
                     mode = "cut"
@@ -655,8 +666,8 @@ def main():
                             err = f.read()
                     except OSError:
                         pass
-                print("cycle %d: the writer exited by itself (status %s) before the cut (%s):\n   %s"
-                      % (cycle, exited, point or "clear-cache",
+                print("cycle %d: the writer exited by itself (status %s) before the cut (%s): %s\n   %s"
+                      % (cycle, exited, point or "clear-cache", getattr(w, "err_line", None) or "",
                          err.decode("utf-8", "replace")[-3000:].replace("\n", "\n   ")), flush=True)
                 fs.umount()
                 keep = os.path.join(base, "failed-cycle-%d" % cycle)
@@ -666,7 +677,7 @@ def main():
                 failed = True
                 break
             if mode == "cut":
-                os.kill(w.proc.pid, signal.SIGSTOP)
+                w.proc.send_signal(signal.SIGSTOP)
                 if fs.alive():
                     usage = fs.cache_usage()
                     tot["cache_max"] = max(tot["cache_max"], usage)
@@ -674,7 +685,8 @@ def main():
                         print("   LazyFS's cache is full (%.0f%%): writes went past it unsynced" % usage)
                     fs.clear_cache()
                 point = point or "clear-cache"
-            os.kill(w.proc.pid, signal.SIGKILL)
+            if w.proc.poll() is None:
+                w.proc.kill()
             w.proc.wait()
             if fs.alive():
                 fs.clear_cache()  # in case LazyFS got something after the kill
