@@ -112,15 +112,27 @@ pub fn put(
     let value = value.bytes(store, "VALUE", MAX_VALUE_LEN)?;
     let db = store.open_writable()?;
     db.put(&key, &value)?;
-    // Closing reports a failed final checkpoint instead of dropping it silently.
-    Ok(db.close()?)
+    close_after_write(db, || format!("the put of {} is", store.codec.show(&key)))
+}
+
+/// Closes `db` after a write that is already durable. Closing reports a
+/// failed final checkpoint instead of dropping it silently, but saying that
+/// the write is durable: a bare "No space left on device" after `kivi put`
+/// reads as if the value had not been stored, when it has.
+pub fn close_after_write(db: kivi::Db, done: impl FnOnce() -> String) -> Result<()> {
+    db.close().map_err(|source| CliError::ClosedAfterWrite {
+        done: done(),
+        source,
+    })
 }
 
 pub fn del(store: &Store, key: &Given) -> Result<()> {
     let key = key_of(store, key)?;
     let db = store.open_existing()?;
     db.delete(&key)?;
-    Ok(db.close()?)
+    close_after_write(db, || {
+        format!("the delete of {} is", store.codec.show(&key))
+    })
 }
 
 pub fn get(store: &Store, key: &Given) -> Result<()> {

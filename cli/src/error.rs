@@ -27,6 +27,13 @@ pub enum CliError {
     #[cfg(feature = "bench")]
     #[error("bench: {0}")]
     Bench(String),
+    /// A write (`put`, `del`, `load`) is durable, but closing the store
+    /// after it failed (its final checkpoint, say on a full disk): the
+    /// message must not read as if the write had failed.
+    #[error(
+        "{done} durable, but closing the store failed: {source} (the next open replays the log)"
+    )]
+    ClosedAfterWrite { done: String, source: kivi::Error },
     /// `get` of a key that is not stored.
     #[error("key not found: {0}")]
     NotFound(String),
@@ -71,5 +78,33 @@ pub fn stdout_error(e: io::Error) -> CliError {
         CliError::BrokenPipe
     } else {
         CliError::io("write to standard output", e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_close_after_a_durable_write_says_the_write_is_durable() {
+        // `kivi put` on a nearly full disk: the put is synced, then the final
+        // checkpoint runs out of space. The message must not read as if the
+        // value had not been stored (tests/faults/full_disk.sh met it).
+        let source = kivi::Error::Io(kivi::storage::IoError::new(
+            "append to",
+            "store/0000000551.seg",
+            io::Error::from_raw_os_error(28),
+        ));
+        let e = CliError::ClosedAfterWrite {
+            done: "the put of k is".into(),
+            source,
+        };
+        let shown = e.to_string();
+        assert!(
+            shown.starts_with("the put of k is durable, but closing the store failed: append to"),
+            "{shown}"
+        );
+        assert!(shown.contains("No space left on device"), "{shown}");
+        assert_eq!(e.exit_code(), EXIT_ERROR);
     }
 }

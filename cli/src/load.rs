@@ -135,7 +135,14 @@ pub fn run(store: &Store, file: Option<&Path>, raw: bool) -> Result<()> {
         commits,
         ..
     } = loader;
-    db.close()?;
+    crate::commands::close_after_write(db, || {
+        format!(
+            "{} from {} ({}) are",
+            plural(stored, "pair", "pairs"),
+            input.name,
+            plural(commits, "commit", "commits")
+        )
+    })?;
     writeln!(
         io::stdout(),
         "loaded {} from {} ({})",
