@@ -9,13 +9,18 @@ cut does to the page cache, on real files, through the real system calls.
 Each cycle:
   1. mounts a fresh LazyFS over the backing directory (its cache empty);
   2. starts a writer on the store there and lets it run to a random point;
-  3. cuts the power, one of two ways chosen at random:
+  3. cuts the power, one of these ways chosen at random:
      - "cut": freezes the writer (SIGSTOP), drops LazyFS's unsynced data
        (lazyfs::clear-cache), then SIGKILLs the writer;
      - "op": arms LazyFS's own crash fault (lazyfs::crash::timing=before|after
        ::op=fsync|write|create|rename|unlink|truncate) so that LazyFS kills
        itself, its unsynced data with it, at the next such call on the store,
        then SIGKILLs the writer;
+     - "torn-seq": LazyFS persists some of the next run of unsynced writes
+       to one of the newest segments (the ones before them lost: writes
+       reordered) and kills itself;
+     - "torn-op": LazyFS persists some parts of the next write to one of
+       them (a torn write) and kills itself;
      some cuts land while the writer is still opening (recovering) the store;
   4. mounts a fresh LazyFS again, runs `kivi check` (must exit 0: no repair
      step) and reads the store (`kivi scan`);
@@ -164,7 +169,15 @@ class LazyFS:
         self.fifo = os.path.join(base, "faults.fifo")
         self.log = self.fifo + ".log"
         self.proc = None
+        # LazyFS names files by their path beneath its root in fault
+        # commands, which it reads 100 bytes at a time: a short link to the
+        # root keeps a segment's path short enough.
+        self.short_root = "/tmp/kl-%s" % os.path.basename(base.rstrip("/"))
         os.makedirs(self.root, exist_ok=True)
+        if os.path.realpath(self.short_root) != os.path.realpath(self.root):
+            if os.path.lexists(self.short_root):
+                os.unlink(self.short_root)
+            os.symlink(self.root, self.short_root)
         os.makedirs(self.mnt, exist_ok=True)
         if not os.path.exists(self.fifo):
             os.mkfifo(self.fifo)
@@ -183,7 +196,7 @@ class LazyFS:
         out = open(self.log + ".stdout", "ab")
         env = dict(os.environ, LAZYFS_CACHE=self.cache)
         self.proc = subprocess.Popen(
-            [LAZYFS_SH, "run", self.root, self.mnt, self.fifo],
+            [LAZYFS_SH, "run", self.short_root, self.mnt, self.fifo],
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
         deadline = time.time() + 20
         while not self.mounted():
@@ -565,9 +578,10 @@ def main():
     ap.add_argument("--writer", choices=["child", "serve"], default="child")
     ap.add_argument("--cycles", type=int, default=100)
     ap.add_argument("--seed", type=int, default=None)
-    ap.add_argument("--mode", choices=["mixed", "cut", "op"], default="mixed",
+    ap.add_argument("--mode", choices=["mixed", "cut", "op", "torn-seq", "torn-op"], default="mixed",
                     help="how the power is cut: clear-cache with the writer frozen, LazyFS's crash at "
-                         "a file operation, or either at random (default)")
+                         "a file operation, LazyFS persisting some unsynced writes of a segment "
+                         "(torn-seq) or parts of one (torn-op) and crashing, or any at random (default)")
     ap.add_argument("--no-fsync", action="store_true", help="the control: kivi serve --no-fsync")
     ap.add_argument("--kivi", default=None, help="kivi binary (default target/release/kivi, else target/debug/kivi)")
     ap.add_argument("--child", default=os.path.join(REPO, "target/debug/kivi-test-child"))
@@ -586,7 +600,7 @@ def main():
     kivi = a.kivi or next(p for p in (os.path.join(REPO, "target/release/kivi"),
                                       os.path.join(REPO, "target/debug/kivi")) if os.path.exists(p))
     name = "campaign-%s%s" % (a.writer, "-nofsync" if a.no_fsync else "")
-    base = a.dir or os.path.join(REPO, "target/lazyfs", name)
+    base = os.path.abspath(a.dir or os.path.join(REPO, "target/lazyfs", name))
     subprocess.check_call([LAZYFS_SH, "install"])
 
     # A write that finds LazyFS's cache full goes straight to the backing
@@ -636,8 +650,48 @@ def main():
                     raise RuntimeError("writer did not start: %s" % getattr(w, "stderr", b"")[-2000:])
                 time.sleep(rng.uniform(0.02, max_run))
                 when = "running"
-            mode = a.mode if a.mode != "mixed" else ("cut" if rng.random() < 0.5 else "op")
+            if a.mode != "mixed":
+                mode = a.mode
+            else:
+                r = rng.random()
+                mode = "cut" if r < 0.35 else "op" if r < 0.7 else "torn-seq" if r < 0.85 else "torn-op"
             point = ""
+            if mode in ("torn-seq", "torn-op"):
+                # One of the newest segments (the commit log's, or the page
+                # segment a checkpoint writes): LazyFS persists some of its
+                # next unsynced writes (torn-seq: some writes of a run with no
+                # fsync between, the ones before them lost; torn-op: some
+                # parts of one write), then kills itself.
+                try:
+                    segs = sorted(n for n in os.listdir(os.path.join(fs.root, "store")) if n.endswith(".seg"))
+                except FileNotFoundError:
+                    segs = []
+                what = mode
+                if segs:
+                    seg = segs[-1] if rng.random() < 0.6 else rng.choice(segs[-3:])
+                    path = "%s/store/%s" % (fs.short_root, seg)
+                    if mode == "torn-seq":
+                        persist = rng.choice(["2", "3", "1,3", "2,3", "2,4", "1,2,4"])
+                        fs.command("lazyfs::torn-seq::op=write::file=%s::persist=%s" % (path, persist))
+                        what = "torn-seq persist=%s" % persist
+                    else:
+                        parts = rng.randrange(2, 5)
+                        keep = sorted(rng.sample(range(1, parts + 1), rng.randrange(1, parts)))
+                        persist = ",".join(map(str, keep))
+                        fs.command("lazyfs::torn-op::file=%s::parts=%d::persist=%s" % (path, parts, persist))
+                        what = "torn-op parts=%d persist=%s" % (parts, persist)
+                    deadline = time.time() + 3
+                    while fs.alive() and time.time() < deadline and w.proc.poll() is None:
+                        time.sleep(0.002)
+                    deadline = time.time() + 2
+                    while fs.alive() and w.proc.poll() is not None and time.time() < deadline:
+                        time.sleep(0.01)
+                if fs.alive():
+                    point = "%s never came: cut" % what
+                    mode = "cut"
+                else:
+                    point = "LazyFS %s on %s" % (what, seg)
+                    tot["op_fired"] += 1
             if mode == "op":
                 timing, op = rng.choice(OPS)
                 fs.command("lazyfs::crash::timing=%s::op=%s::from_rgx=%s" % (timing, op, "/store/"))
@@ -655,6 +709,9 @@ def main():
                 else:
                     point = "LazyFS killed itself %s %s" % (timing, op)
                     tot["op_fired"] += 1
+            if "never came" in point and during_open and w.ready.is_set():
+                during_open = False  # it opened while the armed fault waited
+                when = "running"
             exited = w.proc.poll()
             if exited is not None and fs.alive():
                 # The writer stopped by itself, with no fault to explain it.
@@ -693,8 +750,13 @@ def main():
             fs.umount()
             w.finish()
             tot["during_open"] += during_open
-            tot[mode] += 1
-            key = point.split(":")[0] if "never came" not in point else "clear-cache (op never came)"
+            tot[mode] = tot.get(mode, 0) + 1
+            if "never came" in point:
+                key = "clear-cache (the fault armed never came)"
+            elif point.startswith("LazyFS torn"):
+                key = " ".join(point.split()[:2])
+            else:
+                key = point.split(":")[0]
             modes[key] = modes.get(key, 0) + 1
             tot["writer_errors"] += len(w.errors)
 
@@ -745,8 +807,9 @@ def main():
         fs.umount()
     took = time.time() - t0
     print("\npower_cut total: %d cycles (crash points: %d clear-cache with the writer frozen, "
-          "%d LazyFS killed itself at a file operation; %d while the store was opening), "
-          "%.0f s" % (tot["cycles"], tot["cut"], tot["op"], tot["during_open"], took))
+          "%d LazyFS killed itself at a file operation, %d torn-seq, %d torn-op; %d while the store "
+          "was opening), %.0f s" % (tot["cycles"], tot["cut"], tot["op"], tot.get("torn-seq", 0),
+                                    tot.get("torn-op", 0), tot["during_open"], took))
     print("  LazyFS's cache at most %.1f%% full at a cut (%s)" % (tot["cache_max"], fs.cache))
     print("  crash points by kind: " + ", ".join("%s %d" % kv for kv in sorted(modes.items())))
     print("  acknowledged writes checked: %d (%d operations); keys read back: %d; "
