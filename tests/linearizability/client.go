@@ -141,11 +141,18 @@ func (c *client) do(cn *conn, in Input) (string, error) {
 		}
 	}
 	r, err := cn.readReply()
-	if err == nil && !strings.HasPrefix(r, "[") {
+	if err != nil {
+		return "", err
+	}
+	items, ok := splitArray(r)
+	for _, it := range items {
+		ok = ok && (!strings.HasPrefix(it, "-") || it == notAnInteger)
+	}
+	if !ok {
 		c.errs = append(c.errs, describe(in)+" -> "+r)
 		return "", errUnexpected
 	}
-	return r, err
+	return r, nil
 }
 
 // note remembers what a reply showed of the keys, for later CASes.

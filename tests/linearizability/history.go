@@ -92,6 +92,14 @@ func (h *History) operations(untilForever bool) ([]porcupine.Operation, Counts) 
 	return ops, c
 }
 
+// checkable is the history as porcupine takes it: the model and the
+// compiled operations.
+func (h *History) checkable(untilForever bool) (porcupine.Model, []porcupine.Operation, Counts) {
+	ops, c := h.operations(untilForever)
+	t := newTables(h.Keys)
+	return t.model(), t.compile(ops), c
+}
+
 // annotate marks each kill on the visualization's timeline.
 func (h *History) annotate(info *porcupine.LinearizationInfo) {
 	var notes []porcupine.Annotation

@@ -154,9 +154,7 @@ func verdict(r porcupine.CheckResult) string {
 // check runs porcupine on a history; when it is not found linearizable,
 // the history and porcupine's visualization are saved under cfg.out.
 func check(h *History, cfg *config, name string) (porcupine.CheckResult, Counts, time.Duration) {
-	kv := newKV(h.Keys)
-	model := kv.model()
-	ops, c := h.operations(cfg.forever)
+	model, ops, c := h.checkable(cfg.forever)
 	t := time.Now()
 	res := porcupine.CheckOperationsTimeout(model, ops, cfg.checkTimeout)
 	dt := time.Since(t)

@@ -4,32 +4,34 @@ package main
 // command (server/src/resp/commands.rs, transaction.rs) answers and leaves.
 // No partitioning: MULTI/EXEC, multi-key DEL and RANGE touch several keys,
 // so the history is checked whole.
+//
+// porcupine calls Step millions of times on a hard history, so requests
+// and replies are compiled first (compile.go): keys become indexes, values
+// cells, replies structures; a step then compares without allocating.
 
 import (
-	"fmt"
-	"hash/fnv"
-	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/anishathalye/porcupine"
 )
 
-// maxKeys bounds the key set so that a state is a fixed-size value:
-// copied by assignment, compared with ==, hashed without allocating.
-const maxKeys = 8
+// maxKeys bounds the key set and maxSessions the follower clients, so that
+// a state is a fixed-size value without pointers: copied by assignment,
+// compared with ==, hashed without allocating, not scanned by the GC.
+const (
+	maxKeys     = 8
+	maxSessions = 8
+)
 
-// State is the store: key i (in the model's sorted key list) holds vals[i]
-// when has[i].
-type State struct {
-	vals [maxKeys]string
-	has  [maxKeys]bool
-}
-
-// Input is one request: a command, or MULTI, the commands, EXEC.
+// Input is one request: a command, or MULTI, the commands, EXEC. A read on
+// a follower belongs to a session (1...: one follower client) and is the
+// Seq-th of it: a session's reads must see states in its order.
 type Input struct {
-	Multi bool
-	Cmds  [][]string
+	Multi   bool
+	Cmds    [][]string
+	Session int `json:",omitempty"`
+	Seq     int `json:",omitempty"`
 }
 
 // Output is the reply's canonical text (resp.go), or Unknown when none came
@@ -43,31 +45,24 @@ type Output struct {
 // Kivi's answer to INCR on a value that is not an integer.
 const notAnInteger = "-ERR value is not an integer or out of range"
 
-type kv struct {
-	keys  []string // sorted: RANGE answers in key order
-	index map[string]int
+// A cell is a key's value: absent, an integer (kivi's syntax, parseInt),
+// or another string (an index into the history's table of them).
+type cell struct {
+	kind uint8
+	n    int64
 }
 
-func newKV(keys []string) *kv {
-	if len(keys) > maxKeys {
-		panic(fmt.Sprintf("at most %d keys", maxKeys))
-	}
-	m := &kv{keys: append([]string(nil), keys...), index: map[string]int{}}
-	sort.Strings(m.keys)
-	for i, k := range m.keys {
-		m.index[k] = i
-	}
-	return m
-}
+const (
+	absent uint8 = iota
+	number
+	text
+)
 
-func (m *kv) idx(k string) int {
-	i, ok := m.index[k]
-	if !ok {
-		// The driver only names keys of the set; anything else is a bug
-		// in the driver, not a finding.
-		panic("key outside the model's set: " + k)
-	}
-	return i
+// State is the store, and how many reads of each follower session have
+// been placed.
+type State struct {
+	c    [maxKeys]cell
+	seen [maxSessions]int32
 }
 
 // parseInt reads an integer as kivi does (commands.rs parse_i64): decimal,
@@ -80,91 +75,94 @@ func parseInt(s string) (int64, bool) {
 	return n, true
 }
 
-// apply runs one command on s and returns its reply.
-func (m *kv) apply(s *State, cmd []string) string {
-	switch cmd[0] {
-	case "GET":
-		i := m.idx(cmd[1])
-		if !s.has[i] {
-			return "nil"
+// step runs request op on s; with want, only if every reply is the one
+// wanted. It reports whether it could and the state after.
+func step(s State, op *cop, want *cout) (bool, State) {
+	if op.session > 0 {
+		if s.seen[op.session-1] != int32(op.seq) {
+			return false, s
 		}
-		return bulk(s.vals[i])
-	case "SET":
-		i := m.idx(cmd[1])
-		s.vals[i], s.has[i] = cmd[2], true
-		return "+OK"
-	case "DEL":
-		// Each distinct key counted once (transaction.rs).
+		s.seen[op.session-1]++
+	}
+	for i := range op.cmds {
+		var r *reply
+		if want != nil {
+			r = &want.replies[i]
+		}
+		if !apply(&s, &op.cmds[i], r) {
+			return false, s
+		}
+	}
+	return true, s
+}
+
+// apply runs one command on s; r, when given, is the reply it must give.
+func apply(s *State, c *ccmd, r *reply) bool {
+	switch c.kind {
+	case 'G':
+		v := s.c[c.keys[0]]
+		if r == nil {
+			return true
+		}
+		if v.kind == absent {
+			return r.kind == rNil
+		}
+		return r.kind == rBulk && r.v == v
+	case 'S':
+		s.c[c.keys[0]] = c.a
+		return r == nil || r.kind == rOK
+	case 'D':
+		// Each distinct key counted once (transaction.rs): a repeated
+		// key is absent by its second time.
 		var n int64
-		for _, k := range cmd[1:] {
-			i := m.idx(k)
-			if s.has[i] {
-				s.vals[i], s.has[i] = "", false
+		for _, k := range c.keys {
+			if s.c[k].kind != absent {
+				s.c[k] = cell{}
 				n++
 			}
 		}
-		return integer(n)
-	case "INCR":
-		i := m.idx(cmd[1])
-		var v int64
-		if s.has[i] {
-			var ok bool
-			if v, ok = parseInt(s.vals[i]); !ok {
-				return notAnInteger
-			}
+		return r == nil || r.kind == rInt && r.n == n
+	case 'I':
+		v := &s.c[c.keys[0]]
+		switch v.kind {
+		case text:
+			return r == nil || r.kind == rNotInt
+		case absent:
+			*v = cell{kind: number}
 		}
-		v++ // the driver's values stay far from overflow
-		s.vals[i], s.has[i] = strconv.FormatInt(v, 10), true
-		return integer(v)
-	case "CAS":
+		v.n++ // the driver's values stay far from overflow
+		return r == nil || r.kind == rInt && r.n == v.n
+	case 'C':
 		// CAS key expected new: 1 and swapped when the key holds exactly
 		// expected; an absent key never matches.
-		i := m.idx(cmd[1])
-		if s.has[i] && s.vals[i] == cmd[2] {
-			s.vals[i] = cmd[3]
-			return ":1"
+		v := &s.c[c.keys[0]]
+		ok := *v == c.a
+		if ok {
+			*v = c.b
 		}
-		return ":0"
-	case "RANGE":
-		return m.rangeReply(s, cmd)
+		return r == nil || r.kind == rInt && r.n == b2i(ok)
+	case 'R':
+		return r == nil || rangeMatches(s, c, r)
 	}
-	panic("command outside the model: " + cmd[0])
+	panic("command outside the model")
 }
 
-// rangeReply: RANGE start end [LIMIT n], pairs with start <= key < end (an
-// empty end: no bound), at most n pairs, as a flat array.
-func (m *kv) rangeReply(s *State, cmd []string) string {
-	start, end := cmd[1], cmd[2]
-	limit := len(m.keys)
-	if len(cmd) == 5 {
-		l, _ := strconv.Atoi(cmd[4])
-		limit = l
+// rangeMatches: RANGE start end [LIMIT n] answers the pairs of keys
+// lo..hi-1 present, at most limit of them, in key order.
+func rangeMatches(s *State, c *ccmd, r *reply) bool {
+	if r.kind != rArray {
+		return false
 	}
-	var out []string
-	for i, k := range m.keys {
-		if len(out)/2 == limit {
-			break
+	n := 0
+	for k := c.lo; k < c.hi && n < c.limit; k++ {
+		if v := s.c[k]; v.kind != absent {
+			if n >= len(r.pairs) || r.pairs[n] != (pair{k, v}) {
+				return false
+			}
+			n++
 		}
-		if k < start || (end != "" && k >= end) || !s.has[i] {
-			continue
-		}
-		out = append(out, bulk(k), bulk(s.vals[i]))
 	}
-	return array(out)
-}
-
-// run applies a whole request and returns its reply: a MULTI's is EXEC's,
-// the array of each command's reply, all at one point.
-func (m *kv) run(s State, in Input) (string, State) {
-	if !in.Multi {
-		r := m.apply(&s, in.Cmds[0])
-		return r, s
-	}
-	replies := make([]string, len(in.Cmds))
-	for i, c := range in.Cmds {
-		replies[i] = m.apply(&s, c)
-	}
-	return array(replies), s
+	return n == len(r.pairs)
 }
 
 // readOnly tells whether a request changes nothing whatever the state
@@ -178,53 +176,139 @@ func readOnly(in Input) bool {
 	return true
 }
 
-// model is the porcupine model. It is nondeterministic only for requests
-// whose reply never came: each may have taken effect or not, so both
-// states follow.
-func (m *kv) model() porcupine.Model {
-	nm := porcupine.NondeterministicModel{
-		Init: func() []interface{} { return []interface{}{State{}} },
-		Step: func(state, input, output interface{}) []interface{} {
-			s, in, out := state.(State), input.(Input), output.(Output)
-			reply, next := m.run(s, in)
-			if out.Unknown {
-				if next == s {
-					return []interface{}{s}
+// A request whose reply never came may have taken effect or not, so the
+// model is nondeterministic: its state is one State, or a set of them
+// ([]State, distinct, at least two) after such requests.
+func (t *tables) model() porcupine.Model {
+	next := func(state, input, output interface{}) (bool, interface{}) {
+		op, out := input.(*cop), output.(*cout)
+		var want *cout
+		if !out.unknown {
+			want = out
+		}
+		var found []State
+		add := func(s State) {
+			for _, f := range found {
+				if f == s {
+					return
 				}
-				return []interface{}{s, next}
 			}
-			if reply != out.Reply {
-				return nil
+			found = append(found, s)
+		}
+		try := func(s State) {
+			if ok, n := step(s, op, want); ok {
+				add(n)
+				if want == nil {
+					add(s) // it did not take effect
+				}
 			}
-			return []interface{}{next}
+		}
+		switch st := state.(type) {
+		case State:
+			if want != nil { // the common case, without a set
+				ok, n := step(st, op, want)
+				return ok, n
+			}
+			try(st)
+		case []State:
+			for _, s := range st {
+				try(s)
+			}
+		}
+		switch len(found) {
+		case 0:
+			return false, state
+		case 1:
+			return true, found[0]
+		}
+		return true, found
+	}
+	return porcupine.Model{
+		Init: func() interface{} { return State{} },
+		Step: next,
+		Equal: func(a, b interface{}) bool {
+			switch x := a.(type) {
+			case State:
+				y, ok := b.(State)
+				return ok && x == y
+			case []State:
+				y, ok := b.([]State)
+				if !ok || len(x) != len(y) {
+					return false
+				}
+			outer:
+				for _, s := range x {
+					for _, u := range y {
+						if s == u {
+							continue outer
+						}
+					}
+					return false
+				}
+				return true
+			}
+			return false
 		},
-		Equal: func(a, b interface{}) bool { return a.(State) == b.(State) },
 		Hash: func(state interface{}) uint64 {
-			s := state.(State)
-			h := fnv.New64a()
-			for i := range m.keys {
-				if s.has[i] {
-					h.Write([]byte(s.vals[i]))
+			switch x := state.(type) {
+			case State:
+				return hash(&x)
+			case []State:
+				var h uint64 // order-independent: a set
+				for i := range x {
+					h ^= hash(&x[i])
 				}
-				h.Write([]byte{0xff})
+				return h
 			}
-			return h.Sum64()
+			return 0
 		},
 		DescribeOperation: func(input, output interface{}) string {
-			return describe(input.(Input)) + " -> " + describeOutput(output.(Output))
+			return describe(input.(*cop).in) + " -> " + describeOutput(output.(*cout).out)
 		},
 		DescribeState: func(state interface{}) string {
-			s := state.(State)
-			var parts []string
-			for i, k := range m.keys {
-				if s.has[i] {
-					parts = append(parts, k+"="+s.vals[i])
+			switch x := state.(type) {
+			case State:
+				return t.describeState(x)
+			case []State:
+				var parts []string
+				for _, s := range x {
+					parts = append(parts, t.describeState(s))
 				}
+				return "one of " + strings.Join(parts, ", ")
 			}
-			return "{" + strings.Join(parts, " ") + "}"
+			return "?"
 		},
 	}
-	return nm.ToModel()
+}
+
+func b2i(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func hash(s *State) uint64 {
+	h := uint64(14695981039346656037)
+	mix := func(v uint64) { h = (h ^ v) * 1099511628211 }
+	for _, c := range s.c {
+		mix(uint64(c.kind))
+		mix(uint64(c.n))
+	}
+	for _, n := range s.seen {
+		mix(uint64(n))
+	}
+	return h
+}
+
+func (t *tables) describeState(s State) string {
+	var parts []string
+	for i, k := range t.keys {
+		if v := s.c[i]; v.kind != absent {
+			parts = append(parts, k+"="+t.value(v))
+		}
+	}
+	return "{" + strings.Join(parts, " ") + "}"
 }
 
 func describe(in Input) string {
@@ -232,10 +316,14 @@ func describe(in Input) string {
 	for _, c := range in.Cmds {
 		parts = append(parts, strings.Join(c, " "))
 	}
+	s := parts[0]
 	if in.Multi {
-		return "MULTI " + strings.Join(parts, "; ") + " EXEC"
+		s = "MULTI " + strings.Join(parts, "; ") + " EXEC"
 	}
-	return parts[0]
+	if in.Session > 0 {
+		s = "follower: " + s
+	}
+	return s
 }
 
 func describeOutput(o Output) string {

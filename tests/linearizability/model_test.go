@@ -35,8 +35,8 @@ func checkOps(t *testing.T, deathAt int64, forever bool, ops ...Op) porcupine.Ch
 	t.Helper()
 	h := &History{Keys: []string{"k0", "k1", "k2"}, Ops: ops,
 		Kills: []Kill{{Epoch: 0, Start: deathAt - 1, Dead: deathAt, Up: deathAt + 1}}}
-	pops, _ := h.operations(forever)
-	return porcupine.CheckOperationsTimeout(newKV(h.Keys).model(), pops, 10*time.Second)
+	model, pops, _ := h.checkable(forever)
+	return porcupine.CheckOperationsTimeout(model, pops, 10*time.Second)
 }
 
 func expect(t *testing.T, want porcupine.CheckResult, name string, deathAt int64, forever bool, ops ...Op) {
@@ -157,8 +157,8 @@ func TestPlantedStaleReadIsRejected(t *testing.T) {
 		op(2, 40, 50, `"2"`, "GET k0"),
 	}}
 	cfg := &config{checkTimeout: 10 * time.Second}
-	ops, _ := h.operations(false)
-	if r := porcupine.CheckOperations(newKV(h.Keys).model(), ops); !r {
+	model, ops, _ := h.checkable(false)
+	if r := porcupine.CheckOperations(model, ops); !r {
 		t.Fatal("the untouched history is not linearizable")
 	}
 	bad, ok := plantStaleRead(h)

@@ -17,8 +17,8 @@ func tamperCheck(h *History, cfg *config) string {
 	if !ok {
 		return "no stale read to plant"
 	}
-	ops, _ := bad.operations(cfg.forever)
-	res := porcupine.CheckOperationsTimeout(newKV(bad.Keys).model(), ops, cfg.checkTimeout)
+	model, ops, _ := bad.checkable(cfg.forever)
+	res := porcupine.CheckOperationsTimeout(model, ops, cfg.checkTimeout)
 	if res == porcupine.Illegal {
 		return "a planted stale read is rejected"
 	}
