@@ -52,6 +52,7 @@ written without fsync must be gone after clear-cache, one fsynced must not.
 """
 
 import argparse
+import errno
 import os
 import random
 import shutil
@@ -219,11 +220,28 @@ class LazyFS:
             return ""
 
     def command(self, cmd):
-        fd = os.open(self.fifo, os.O_WRONLY | os.O_NONBLOCK)
+        """Sends a fault command; False if LazyFS is gone (nobody reads its FIFO)."""
+        try:
+            fd = os.open(self.fifo, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as e:
+            if e.errno == errno.ENXIO:
+                return False
+            raise
         try:
             os.write(fd, (cmd + "\n").encode())
         finally:
             os.close(fd)
+        return True
+
+    def last_words(self):
+        """The last line LazyFS printed (why it died, when it died by itself)."""
+        try:
+            with open(self.log + ".stdout", "rb") as f:
+                f.seek(max(0, os.path.getsize(self.log + ".stdout") - 4000))
+                lines = f.read().decode("utf-8", "replace").strip().splitlines()
+            return lines[-1] if lines else ""
+        except OSError:
+            return ""
 
     def clear_cache(self):
         before = self.log_tail().count("cache is cleared")
@@ -650,12 +668,19 @@ def main():
                     raise RuntimeError("writer did not start: %s" % getattr(w, "stderr", b"")[-2000:])
                 time.sleep(rng.uniform(0.02, max_run))
                 when = "running"
-            if a.mode != "mixed":
+            if not fs.alive():
+                # LazyFS failed by itself (it has died of its own bugs under
+                # load): its cache is gone, as in a power cut at that moment.
+                mode = "died"
+                point = "LazyFS died by itself: %s" % fs.last_words()
+            elif a.mode != "mixed":
                 mode = a.mode
             else:
                 r = rng.random()
                 mode = "cut" if r < 0.35 else "op" if r < 0.7 else "torn-seq" if r < 0.85 else "torn-op"
-            point = ""
+            armed = True
+            if mode != "died":
+                point = ""
             if mode in ("torn-seq", "torn-op"):
                 # One of the newest segments (the commit log's, or the page
                 # segment a checkpoint writes): LazyFS persists some of its
@@ -672,13 +697,13 @@ def main():
                     path = "%s/store/%s" % (fs.short_root, seg)
                     if mode == "torn-seq":
                         persist = rng.choice(["2", "3", "1,3", "2,3", "2,4", "1,2,4"])
-                        fs.command("lazyfs::torn-seq::op=write::file=%s::persist=%s" % (path, persist))
+                        armed = fs.command("lazyfs::torn-seq::op=write::file=%s::persist=%s" % (path, persist))
                         what = "torn-seq persist=%s" % persist
                     else:
                         parts = rng.randrange(2, 5)
                         keep = sorted(rng.sample(range(1, parts + 1), rng.randrange(1, parts)))
                         persist = ",".join(map(str, keep))
-                        fs.command("lazyfs::torn-op::file=%s::parts=%d::persist=%s" % (path, parts, persist))
+                        armed = fs.command("lazyfs::torn-op::file=%s::parts=%d::persist=%s" % (path, parts, persist))
                         what = "torn-op parts=%d persist=%s" % (parts, persist)
                     deadline = time.time() + 3
                     while fs.alive() and time.time() < deadline and w.proc.poll() is None:
@@ -694,7 +719,7 @@ def main():
                     tot["op_fired"] += 1
             if mode == "op":
                 timing, op = rng.choice(OPS)
-                fs.command("lazyfs::crash::timing=%s::op=%s::from_rgx=%s" % (timing, op, "/store/"))
+                armed = fs.command("lazyfs::crash::timing=%s::op=%s::from_rgx=%s" % (timing, op, "/store/"))
                 deadline = time.time() + 3
                 while fs.alive() and time.time() < deadline and w.proc.poll() is None:
                     time.sleep(0.002)
@@ -709,6 +734,9 @@ def main():
                 else:
                     point = "LazyFS killed itself %s %s" % (timing, op)
                     tot["op_fired"] += 1
+            if not armed:
+                mode = "died"
+                point = "LazyFS died by itself: %s" % fs.last_words()
             if "never came" in point and during_open and w.ready.is_set():
                 during_open = False  # it opened while the armed fault waited
                 when = "running"
@@ -807,9 +835,10 @@ def main():
         fs.umount()
     took = time.time() - t0
     print("\npower_cut total: %d cycles (crash points: %d clear-cache with the writer frozen, "
-          "%d LazyFS killed itself at a file operation, %d torn-seq, %d torn-op; %d while the store "
-          "was opening), %.0f s" % (tot["cycles"], tot["cut"], tot["op"], tot.get("torn-seq", 0),
-                                    tot.get("torn-op", 0), tot["during_open"], took))
+          "%d LazyFS killed itself at a file operation, %d torn-seq, %d torn-op, %d LazyFS died "
+          "by itself; %d while the store was opening), %.0f s"
+          % (tot["cycles"], tot["cut"], tot["op"], tot.get("torn-seq", 0), tot.get("torn-op", 0),
+             tot.get("died", 0), tot["during_open"], took))
     print("  LazyFS's cache at most %.1f%% full at a cut (%s)" % (tot["cache_max"], fs.cache))
     print("  crash points by kind: " + ", ".join("%s %d" % kv for kv in sorted(modes.items())))
     print("  acknowledged writes checked: %d (%d operations); keys read back: %d; "
