@@ -68,6 +68,8 @@ mod db;
 mod error;
 mod expiry;
 mod follower;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 mod identity;
 mod iter;
 mod latency;

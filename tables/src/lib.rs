@@ -28,6 +28,8 @@ mod block;
 mod bytes;
 mod chunk_writer;
 mod error;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 pub mod hash;
 mod header;
 mod index_build;

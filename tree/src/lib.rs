@@ -19,6 +19,8 @@
 mod apply;
 mod check;
 mod checkpoint;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 mod leaf;
 mod leaf_view;
 mod link;
