@@ -29,11 +29,14 @@ pub enum Error {
         /// What is wrong.
         what: String,
     },
-    /// The index was built from another log (sparkey's "file identifier mismatch").
-    #[error("{}: file identifier mismatch: the log has {log:08x}, the index {index:08x}", path.display())]
+    /// The index was built from another log (sparkey's "file identifier
+    /// mismatch"), or one of the two identifiers is damaged.
+    #[error("{}: file identifier mismatch: the log ({}) has {log:08x}, the index {index:08x}", path.display(), log_path.display())]
     IdentifierMismatch {
         /// The index file.
         path: PathBuf,
+        /// The log file.
+        log_path: PathBuf,
         /// The log's `file_identifier`.
         log: u32,
         /// The one the index names.

@@ -428,16 +428,35 @@ impl IndexHeader {
         }
     }
 
-    /// The checks tying an index to its log (spec §1.4).
-    pub fn check_against(&self, log: &LogHeader, path: &Path) -> Result<()> {
+    /// The checks tying an index (at `path`) to its log (at `log_path`),
+    /// spec §1.4. Which of the two headers is wrong when they disagree
+    /// cannot be told, so the errors name both files.
+    pub fn check_against(&self, log: &LogHeader, log_path: &Path, path: &Path) -> Result<()> {
         if self.file_identifier != log.file_identifier {
             return Err(Error::IdentifierMismatch {
                 path: path.to_path_buf(),
+                log_path: log_path.to_path_buf(),
                 log: log.file_identifier,
                 index: self.file_identifier,
             });
         }
-        let bad = |off: u64, what: String| Err(Error::corrupt(path, off, what));
+        let bad = |off: u64, what: String| {
+            let what = format!("{what} (the log is {})", log_path.display());
+            Err(Error::corrupt(path, off, what))
+        };
+        // sparkey addresses the entries of an uncompressed log by offset
+        // alone, of a compressed one by block and ordinal.
+        let compressed = log.compression != Compression::None;
+        if compressed != (self.entry_block_bits > 0) && self.num_entries > 0 {
+            return bad(
+                92,
+                format!(
+                    "entry_block_bits {} for a log compressed with {}",
+                    self.entry_block_bits,
+                    log.compression.name()
+                ),
+            );
+        }
         if self.data_end > log.data_end {
             return bad(
                 20,
@@ -466,10 +485,11 @@ impl IndexHeader {
             );
         }
         if self.data_end < LOG_HEADER_LEN as u64 {
-            return bad(
+            return Err(Error::corrupt(
+                path,
                 20,
                 format!("data_end {} is inside the log header", self.data_end),
-            );
+            ));
         }
         Ok(())
     }

@@ -124,7 +124,7 @@ impl Table {
     pub fn open_files(log_path: &Path, index_path: &Path) -> Result<Table> {
         let (log_header, log_map) = map_log(log_path)?;
         let (index_header, index_map) = map_index(index_path)?;
-        index_header.check_against(&log_header, index_path)?;
+        index_header.check_against(&log_header, log_path, index_path)?;
         Ok(Table {
             log_path: log_path.to_path_buf(),
             index_path: index_path.to_path_buf(),
@@ -191,14 +191,14 @@ impl Table {
         h.hash_size.hash(key, h.hash_seed)
     }
 
-    /// Walks the probe sequence of `hash`, calling `hit(addr)` for each slot
-    /// with an equal stored hash until it returns true. Stops at an empty
-    /// slot, when our probe distance passes the resident's, or after
-    /// capacity probes (a corrupt table could otherwise loop for ever).
+    /// Walks the probe sequence of `hash`, calling `hit(slot, addr)` for
+    /// each slot with an equal stored hash until it returns true. Stops at
+    /// an empty slot, when our probe distance passes the resident's, or
+    /// after capacity probes (a corrupt table could otherwise loop for ever).
     pub(crate) fn probe(
         &self,
         hash: u64,
-        mut hit: impl FnMut(u64) -> Result<bool>,
+        mut hit: impl FnMut(u64, u64) -> Result<bool>,
     ) -> Result<Option<u64>> {
         let cap = self.index_header.hash_capacity;
         let mut s = hash % cap;
@@ -207,7 +207,7 @@ impl Table {
             if a2 == 0 {
                 return Ok(None);
             }
-            if h2 == hash && hit(a2)? {
+            if h2 == hash && hit(s, a2)? {
                 return Ok(Some(s));
             }
             if disp > displacement(s, h2, cap) {
@@ -242,7 +242,7 @@ impl Table {
             for &h in &hashes[..group.len()] {
                 // The first slot with an equal stored hash is almost always
                 // the key's own: bring its entry in too.
-                if let Ok(Some(s)) = self.probe(h, |_| Ok(true)) {
+                if let Ok(Some(s)) = self.probe(h, |_, _| Ok(true)) {
                     let bits = self.index_header.entry_block_bits;
                     let loc = crate::log::Location::from_address(self.slot(s).1, bits);
                     if let Some(b) = self.log_map.get(loc.block as usize) {
@@ -265,26 +265,94 @@ impl Table {
         }
         let bits = self.index_header.entry_block_bits;
         let mut found = None;
-        self.probe(hash, |addr| {
-            found = self.value_if_key(addr, bits, key)?;
+        self.probe(hash, |s, addr| {
+            found = self.value_if_key(s, hash, addr, bits, key)?;
             Ok(found.is_some())
         })?;
         Ok(found)
     }
 
-    /// The value of the entry at `addr` if its key is `key`; an error if
-    /// the entry cannot be read or is a DELETE (no index slot points at
-    /// one).
-    fn value_if_key(&self, addr: u64, bits: u32, key: &[u8]) -> Result<Option<Cow<'_, [u8]>>> {
-        let e = self.log_data().entry_at(addr, bits)?;
+    /// Where slot `s` lies in the index file.
+    fn slot_offset(&self, s: u64) -> u64 {
+        INDEX_HEADER_LEN as u64 + s * self.index_header.slot_size()
+    }
+
+    /// The value of the entry at `addr`, where slot `s` of stored hash
+    /// `hash` points, if its key is `key`. An error if the address lies
+    /// outside the log (the slot is damaged), if the entry cannot be read
+    /// or is a DELETE (no slot points at one), or if its key is another
+    /// that does not hash to `hash` (a slot holds the hash of its entry's
+    /// key, so the slot or the entry is damaged: a lookup of the key the
+    /// slot was made for would otherwise answer "absent").
+    fn value_if_key(
+        &self,
+        s: u64,
+        hash: u64,
+        addr: u64,
+        bits: u32,
+        key: &[u8],
+    ) -> Result<Option<Cow<'_, [u8]>>> {
+        let block = crate::log::Location::from_address(addr, bits).block;
+        let end = self.log_header.data_end;
+        if block < LOG_HEADER_LEN as u64 || block >= end {
+            return Err(Error::corrupt(
+                &self.index_path,
+                self.slot_offset(s),
+                format!(
+                    "slot {s}'s address {addr:#x} points outside the log data ({LOG_HEADER_LEN}..{end})"
+                ),
+            ));
+        }
+        let e = self
+            .log_data()
+            .entry_at(addr, bits)
+            .map_err(|e| self.reached_from_slot(e, s))?;
         if e.kind == EntryKind::Delete {
             return Err(Error::corrupt(
                 &self.index_path,
-                addr,
-                "index slot points at a DELETE entry",
+                self.slot_offset(s),
+                format!("index slot {s} points at a DELETE entry (log offset {block})"),
             ));
         }
-        Ok((e.key.as_ref() == key).then_some(e.value))
+        if e.key.as_ref() == key {
+            return Ok(Some(e.value));
+        }
+        self.same_hash(s, hash, &e.key, block)?;
+        Ok(None)
+    }
+
+    /// Checks that `entry_key`, of the entry at log offset `at` where slot
+    /// `s` points, hashes to the slot's stored `hash`: a key that does not
+    /// means the slot or the entry is damaged.
+    fn same_hash(&self, s: u64, hash: u64, entry_key: &[u8], at: u64) -> Result<()> {
+        if self.hash_of(entry_key) == hash {
+            return Ok(()); // two keys of one hash: look on
+        }
+        Err(Error::corrupt(
+            &self.index_path,
+            self.slot_offset(s),
+            format!(
+                "slot {s} points at log offset {at} of {}, whose key does not hash to the \
+                 slot's hash: the slot or the entry is damaged",
+                self.log_path.display()
+            ),
+        ))
+    }
+
+    /// An error reading the log where slot `s` points, saying so: the
+    /// slot may be what is damaged.
+    fn reached_from_slot(&self, e: Error, s: u64) -> Error {
+        match e {
+            Error::Corrupt { path, offset, what } => Error::Corrupt {
+                path,
+                offset,
+                what: format!(
+                    "{what} (where slot {s} of {} points)",
+                    self.index_path.display()
+                ),
+            },
+            e => e,
+        }
     }
 
     /// `get` in an uncompressed log, where addresses are byte offsets.
@@ -305,10 +373,14 @@ impl Table {
     /// `probe`'s closure measured the same as a hand-written loop.
     fn get_plain(&self, key: &[u8], hash: u64) -> Result<Option<Cow<'_, [u8]>>> {
         let mut found = None;
-        self.probe(hash, |addr| {
+        self.probe(hash, |s, addr| {
             found = match short_put_at(&self.log_map, addr) {
-                Some((k, v)) => (k == key).then_some(Cow::Borrowed(v)),
-                None => self.value_if_key(addr, 0, key)?,
+                Some((k, v)) if k == key => Some(Cow::Borrowed(v)),
+                Some((k, _)) => {
+                    self.same_hash(s, hash, k, addr)?;
+                    None
+                }
+                None => self.value_if_key(s, hash, addr, 0, key)?,
             };
             Ok(found.is_some())
         })?;
@@ -318,7 +390,7 @@ impl Table {
     /// Whether the entry at `addr` with stored hash `hash` is live: its
     /// key's slot points at exactly it.
     pub(crate) fn is_live(&self, hash: u64, addr: u64) -> Result<bool> {
-        Ok(self.probe(hash, |a| Ok(a == addr))?.is_some())
+        Ok(self.probe(hash, |_, a| Ok(a == addr))?.is_some())
     }
 
     /// Live pairs in log order (sparkey's `hashnext`).
@@ -326,6 +398,7 @@ impl Table {
         TableIter {
             table: self,
             cursor: self.log_data().cursor(self.index_header.data_end),
+            live: 0,
         }
     }
 
@@ -360,16 +433,34 @@ fn short_put_at(log: &[u8], addr: u64) -> Option<(&[u8], &[u8])> {
 pub struct TableIter<'t> {
     table: &'t Table,
     cursor: LogCursor<'t>,
+    /// Live pairs returned so far.
+    live: u64,
 }
 
 impl TableIter<'_> {
     /// The next live pair (key, value), borrowed until the next call;
-    /// `Ok(None)` after the last. Fails on a damaged entry.
+    /// `Ok(None)` after the last. Fails on a damaged entry, and at the end
+    /// if the live pairs found are not as many as the index holds (a
+    /// damaged length can make the log's entries parse as others, which no
+    /// slot points at, and a damaged slot makes its entry look dead).
     #[allow(clippy::should_implement_trait)] // lends borrowed pairs, which `Iterator` cannot
     pub fn next(&mut self) -> Result<Option<(&[u8], &[u8])>> {
         let bits = self.table.index_header.entry_block_bits;
         loop {
             if !self.cursor.advance()? {
+                let t = self.table;
+                let want = t.index_header.num_entries;
+                if self.live != want {
+                    return Err(Error::corrupt(
+                        &t.index_path,
+                        60,
+                        format!(
+                            "the index holds {want} live keys, the log ({}) {}",
+                            t.log_path.display(),
+                            self.live
+                        ),
+                    ));
+                }
                 return Ok(None);
             }
             let e = self.cursor.current().expect("advanced");
@@ -380,6 +471,7 @@ impl TableIter<'_> {
                 }
             }
         }
+        self.live += 1;
         Ok(self.cursor.current().map(|e| (e.key, e.value)))
     }
 }

@@ -241,7 +241,7 @@ impl Check<'_> {
                     w.i_max_v = w.i_max_v.max(e.value.len() as u64);
                     let hash = t.hash_of(e.key);
                     let addr = e.loc.address(bits);
-                    match t.probe(hash, |a| Ok(a == addr)) {
+                    match t.probe(hash, |_, a| Ok(a == addr)) {
                         Ok(Some(s)) => {
                             w.matched[(s / 64) as usize] |= 1 << (s % 64);
                             r.live += 1;
