@@ -31,12 +31,13 @@
 mod common;
 
 use common::damage::{
-    self, guarded, judge_opened, judge_refusal, small_store_opts, write_small_store, Fault,
+    self, guarded, judge_opened_naming, judge_refusal, small_store_opts, write_small_store, Fault,
     History, READ_AT, WRITTEN_AT,
 };
 use common::mix;
 use kivi::storage::{MemoryStorage, Storage};
 use kivi::{Clock, Db, Error};
+use kivi_storage::Corruption;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -209,7 +210,8 @@ fn judge(store: &Store, clock: &Clock, c: &Case) -> Result<Outcome, String> {
         true => &h.without_last,
         false => &h.full,
     };
-    let o = judge_opened(&db, expected, &h.probe, in_last_record)?;
+    let names = |e: &Corruption| e.file == f.name && e.offset as usize <= c.offset;
+    let o = judge_opened_naming(&db, expected, &h.probe, in_last_record, &names)?;
     drop(db);
     Ok(Outcome::Opened {
         read_errors: o.read_errors,

@@ -29,10 +29,27 @@ pub fn is_wrong(message: &str) -> bool {
 /// if anything, a corruption error. Returns whether some read failed with
 /// corruption; `Err` names the first wrong answer or other error.
 pub fn read_all(db: &Db, expected: &Model, probe: &[Vec<u8>]) -> Result<bool, String> {
+    read_all_naming(db, expected, probe, &|_| true)
+}
+
+/// [`read_all`], where every corruption a read reports must also satisfy
+/// `names_the_damage` (name the damaged file, at a place before the damage).
+pub fn read_all_naming(
+    db: &Db,
+    expected: &Model,
+    probe: &[Vec<u8>],
+    names_the_damage: &dyn Fn(&Corruption) -> bool,
+) -> Result<bool, String> {
     let mut problems_seen = false;
     let mut bad_read = |e: Error, what: &str| -> Result<(), String> {
-        if !e.is_corruption() {
-            return Err(format!("{what} failed with a non-corruption error: {e}"));
+        match &e {
+            Error::Corrupt(c) if !names_the_damage(c) => {
+                return Err(format!(
+                    "{what} reports the corruption elsewhere than the damage: {c}"
+                ))
+            }
+            Error::Corrupt(_) => {}
+            _ => return Err(format!("{what} failed with a non-corruption error: {e}")),
         }
         problems_seen = true;
         Ok(())
@@ -132,7 +149,19 @@ pub fn judge_opened(
     probe: &[Vec<u8>],
     may_go_unnoticed: bool,
 ) -> Result<Opened, String> {
-    let read_errors = read_all(db, expected, probe)?;
+    judge_opened_naming(db, expected, probe, may_go_unnoticed, &|_| true)
+}
+
+/// [`judge_opened`], reads reporting corruption only as `names_the_damage`
+/// allows (see [`read_all_naming`]).
+pub fn judge_opened_naming(
+    db: &Db,
+    expected: &Model,
+    probe: &[Vec<u8>],
+    may_go_unnoticed: bool,
+    names_the_damage: &dyn Fn(&Corruption) -> bool,
+) -> Result<Opened, String> {
+    let read_errors = read_all_naming(db, expected, probe, names_the_damage)?;
     let found_by_check = check_finds(db)?;
     if !found_by_check && read_errors {
         return Err("reads failed with corruption, yet check() reports nothing".into());
