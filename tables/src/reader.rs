@@ -339,6 +339,26 @@ impl Table {
         ))
     }
 
+    /// An error of the log read in order, which stops where the index's
+    /// data_end says: when that is before the log's, the index's may be
+    /// what is damaged (an entry running past it), and the error says so.
+    fn read_to_index_end(&self, e: Error) -> Error {
+        let end = self.index_header.data_end;
+        match e {
+            Error::Corrupt { path, offset, what } if end < self.log_header.data_end => {
+                Error::Corrupt {
+                    path,
+                    offset,
+                    what: format!(
+                        "{what} (read as far as the data_end {end} of {})",
+                        self.index_path.display()
+                    ),
+                }
+            }
+            e => e,
+        }
+    }
+
     /// An error reading the log where slot `s` points, saying so: the
     /// slot may be what is damaged.
     fn reached_from_slot(&self, e: Error, s: u64) -> Error {
@@ -447,7 +467,11 @@ impl TableIter<'_> {
     pub fn next(&mut self) -> Result<Option<(&[u8], &[u8])>> {
         let bits = self.table.index_header.entry_block_bits;
         loop {
-            if !self.cursor.advance()? {
+            if !self
+                .cursor
+                .advance()
+                .map_err(|e| self.table.read_to_index_end(e))?
+            {
                 let t = self.table;
                 let want = t.index_header.num_entries;
                 if self.live != want {

@@ -615,10 +615,11 @@ fn iteration_that_finds_fewer_live_pairs_than_the_index_holds_fails() {
     assert!(e.to_string().contains("live"), "{e}");
 }
 
-/// Errors about a slot's address name the index, and disagreements of the
-/// two headers name both files (the campaign found them naming only the
-/// other file: the log for an address outside it, the index for a damaged
-/// log header), and a log whose compression does not match its index's
+/// Errors about a slot's address name the index, errors of iteration cut
+/// short by the index's data_end name the index too, and disagreements of
+/// the two headers name both files (the campaign found them naming only
+/// the other file: the log for an address outside it or an entry running
+/// past the index's data_end, the index for a damaged log header), and a log whose compression does not match its index's
 /// addresses is refused at open, not read as another log (the campaign
 /// found a snappy log flipped to "uncompressed" answering "absent").
 #[test]
@@ -641,6 +642,19 @@ fn errors_name_the_file_that_may_be_damaged() {
         }
         other => panic!("{other:?}"),
     }
+    // The index's data_end in the middle of key/0003's entry: iteration,
+    // which reads the log as far as it, names the index too.
+    let mut damaged = index.clone();
+    damaged[20..28].copy_from_slice(&(at as u64 + 5).to_le_bytes());
+    std::fs::write(&index_path, &damaged).unwrap();
+    let e = Table::open(&base)
+        .unwrap()
+        .to_vec()
+        .expect_err("a cut entry");
+    assert!(
+        e.to_string().contains(&index_path.display().to_string()),
+        "{e}"
+    );
     std::fs::write(&index_path, &index).unwrap();
     let log_named = |e: Error| {
         let m = e.to_string();
