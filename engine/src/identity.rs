@@ -59,8 +59,12 @@ pub(crate) fn decode(bytes: &[u8], path: &str) -> Result<([u8; 16], u32)> {
         .ok_or_else(|| bad(format!("{IDENTITY} has no store id")))?;
     let mut id = [0u8; 16];
     for (i, b) in id.iter_mut().enumerate() {
-        *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16)
-            .map_err(|_| bad("bad store id".into()))?;
+        // `get`, not indexing: 32 bytes of damage may hold a character of
+        // several bytes, which a slice must not cut (found by fuzzing).
+        *b = hex
+            .get(2 * i..2 * i + 2)
+            .and_then(|h| u8::from_str_radix(h, 16).ok())
+            .ok_or_else(|| bad("bad store id".into()))?;
     }
     // The identity has no checksum: anything but the bytes kivi writes for
     // this id and format is damage (an upper-case digit, a stray byte

@@ -28,7 +28,7 @@ use kivi_log::{
     read_header, scan_segment, CheckpointRecord, CommitRecord, Corruption, OpRef, RecordType,
     ScanEnd, ScannedRecord, SegmentHeader, SegmentKind, SEGMENT_HEADER_LEN,
 };
-use kivi_storage::{SegmentId, SegmentReader, Storage};
+use kivi_storage::{SegmentId, SegmentReader, Storage, MAX_SEGMENT_ID};
 use kivi_tree::{DiskRef, Node, Pager};
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -87,6 +87,17 @@ pub(crate) fn recover(
     format: u32,
 ) -> Result<Recovered> {
     let ids = storage.list_segments()?;
+    // Ids come from file and object names and object-store log entries,
+    // which damage or a stray object can make anything: past what page
+    // addresses and the id counter hold is corruption, not a segment
+    // (found by fuzzing: the counter after it overflowed).
+    if let Some(&id) = ids.iter().find(|&&id| id > MAX_SEGMENT_ID) {
+        return Err(corrupt(
+            &storage.segment_name(id),
+            0,
+            format!("segment id {id} is over the largest a store has, {MAX_SEGMENT_ID}"),
+        ));
+    }
     let max_segment_id = ids.last().copied().unwrap_or(0);
     let mut garbage = Vec::new();
     let segs = read_headers(storage, ids, store_id, format, &mut garbage)?;
