@@ -21,10 +21,12 @@ type client struct {
 	srv  *server
 	// The value this client last saw under each key: CAS expects it, so
 	// that some swaps succeed while others race.
-	seen  map[string]string
-	ops   []Op
-	errs  []string
-	clock func() int64
+	seen map[string]string
+	// A follower's reader: its session (1...), and only reads.
+	session int
+	ops     []Op
+	errs    []string
+	clock   func() int64
 }
 
 // value is what SET and CAS write: mostly integers (INCR then counts on
@@ -89,6 +91,9 @@ func (c *client) command(inMulti bool) []string {
 }
 
 func (c *client) request() Input {
+	if c.session > 0 {
+		return c.read()
+	}
 	if c.r.Intn(7) == 0 {
 		in := Input{Multi: true}
 		for i := 2 + c.r.Intn(3); i > 0; i-- {
@@ -97,6 +102,23 @@ func (c *client) request() Input {
 		return in
 	}
 	return Input{Cmds: [][]string{c.command(false)}}
+}
+
+// read is a follower reader's request: GET, RANGE, or MULTI of GETs.
+func (c *client) read() Input {
+	in := Input{Session: c.session}
+	switch p := c.r.Intn(10); {
+	case p < 4:
+		in.Cmds = [][]string{{"GET", c.key()}}
+	case p < 8:
+		in.Cmds = [][]string{{"RANGE", c.bound(), c.bound()}}
+	default:
+		in.Multi = true
+		for i := 2 + c.r.Intn(2); i > 0; i-- {
+			in.Cmds = append(in.Cmds, []string{"GET", c.key()})
+		}
+	}
+	return in
 }
 
 // errUnexpected is an answer the protocol allows but the workload should

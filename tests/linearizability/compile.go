@@ -72,6 +72,8 @@ type cop struct {
 	in           Input // as sent, for descriptions
 	cmds         []ccmd
 	session, seq int
+	call         int64 // when it was sent
+	notAfter     int64 // a follower read: when it returned
 }
 
 // ccmd is one command: kind 'G'et, 'S'et, 'D'el, 'I'ncr, 'C'as, 'R'ange.
@@ -113,7 +115,7 @@ const (
 )
 
 func (t *tables) compileInput(in Input) *cop {
-	op := &cop{in: in, session: in.Session, seq: in.Seq}
+	op := &cop{in: in, session: in.Session, seq: in.Seq, call: in.call, notAfter: in.returned}
 	for _, c := range in.Cmds {
 		cc := ccmd{kind: c[0][0]}
 		switch c[0] {

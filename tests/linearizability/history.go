@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"math"
 	"os"
+	"sort"
 
 	"github.com/anishathalye/porcupine"
 )
@@ -36,10 +37,12 @@ type Kill struct {
 
 // History is one run, as saved.
 type History struct {
-	Seed  int64
-	Keys  []string
-	Ops   []Op
-	Kills []Kill
+	Seed int64
+	Keys []string
+	// The store was on an object store (followers read it).
+	ObjectStore bool
+	Ops         []Op
+	Kills       []Kill
 	// Errors are unexpected error replies (taken as unknown outcomes).
 	Errors []string
 	// ServerErrors are the server's log lines at ERROR (and panics).
@@ -48,7 +51,7 @@ type History struct {
 
 // Counts are what a history's report line says.
 type Counts struct {
-	Ops, Unknown, Dropped, Kills, Errors int
+	Ops, Unknown, Dropped, Kills, Errors, FollowerReads int
 }
 
 // forever is where an unanswered request's interval ends under
@@ -56,20 +59,40 @@ type Counts struct {
 // anywhere after its call.
 const forever = math.MaxInt64
 
-// operations turns the history into porcupine's input. A request whose
-// reply never came ends when its server process died (nothing happens in a
-// dead process) or, under forever, never; the model lets it have taken
-// effect or not. An unanswered read constrains nothing and is left out, as
-// is a request sent after its process had died.
-func (h *History) operations(untilForever bool) ([]porcupine.Operation, Counts) {
-	dead := map[int]int64{}
-	for _, k := range h.Kills {
-		dead[k.Epoch] = k.Dead
+// operations turns the history into porcupine's input.
+//
+// A request whose reply never came took effect, if at all, before its
+// server process died (nothing happens in a dead process): its interval
+// ends there, or, under untilForever, never; the model lets it have taken
+// effect or not. On an object store a PUT the process sent may still land
+// after its death, until the next writer has opened the store (it fences
+// the log: later ones fall in a dead zone), so the interval ends when the
+// next process listens. An unanswered read constrains nothing and is left
+// out, as is a request sent after its process had died.
+//
+// A follower's read may show an older state than its call's (a follower
+// lags): its interval starts stale nanoseconds before its call (at the
+// history's start if stale is that large). The model keeps each session's
+// reads in order, so a follower never goes back.
+func (h *History) operations(untilForever bool, stale int64) ([]porcupine.Operation, Counts) {
+	dead, end := map[int]int64{}, map[int]int64{}
+	for i, k := range h.Kills {
+		dead[k.Epoch], end[k.Epoch] = k.Dead, k.Dead
+		if h.ObjectStore {
+			end[k.Epoch] = forever
+			for _, next := range h.Kills[i:] {
+				if next.Up >= 0 {
+					end[k.Epoch] = next.Up
+					break
+				}
+			}
+		}
 	}
 	c := Counts{Kills: len(h.Kills), Errors: len(h.Errors)}
 	var ops []porcupine.Operation
+	seq := map[int]int{}
 	for _, o := range h.Ops {
-		ret := o.Return
+		call, ret := o.Call, o.Return
 		if o.Output.Unknown {
 			c.Unknown++
 			d, died := dead[o.Epoch]
@@ -77,25 +100,66 @@ func (h *History) operations(untilForever bool) ([]porcupine.Operation, Counts) 
 				c.Dropped++
 				continue
 			}
-			switch {
-			case untilForever || !died:
-				ret = forever
-			default:
-				ret = d
+			ret = forever
+			if e, ok := end[o.Epoch]; ok && !untilForever {
+				ret = e
 			}
+		}
+		o.Input.call, o.Input.returned = o.Call, o.Return
+		if s := o.Input.Session; s > 0 {
+			o.Input.Seq = seq[s]
+			seq[s]++
+			c.FollowerReads++
+			call = max(0, call-stale)
 		}
 		c.Ops++
 		ops = append(ops, porcupine.Operation{
-			ClientId: o.Client, Input: o.Input, Output: o.Output, Call: o.Call, Return: ret,
+			ClientId: o.Client, Input: o.Input, Output: o.Output, Call: call, Return: ret,
 		})
 	}
+	aheadOfTheWriter(ops)
 	return ops, c
+}
+
+// aheadOfTheWriter lets each follower read be placed after its return, as
+// late as the last return of a write sent before it returned. A follower
+// applies a commit as soon as it is in the object store, which is before
+// the writer has heard back and published it to its own readers; so a
+// follower may show a write that a read on the writer, sent after the
+// follower's read returned, does not show yet (ARCHITECTURE.md, "Followers
+// and takeover"). What it must not show is a write sent after its read
+// returned: the model checks that (State.lastCall).
+func aheadOfTheWriter(ops []porcupine.Operation) {
+	type write struct{ call, ret int64 }
+	var writes []write
+	for _, o := range ops {
+		if !readOnly(o.Input.(Input)) {
+			writes = append(writes, write{o.Call, o.Return})
+		}
+	}
+	sort.Slice(writes, func(i, j int) bool { return writes[i].call < writes[j].call })
+	latest := make([]int64, len(writes)) // the latest return among writes[:i+1]
+	for i, w := range writes {
+		latest[i] = w.ret
+		if i > 0 && latest[i-1] > w.ret {
+			latest[i] = latest[i-1]
+		}
+	}
+	for i, o := range ops {
+		if o.Input.(Input).Session == 0 {
+			continue
+		}
+		n := sort.Search(len(writes), func(j int) bool { return writes[j].call > o.Return })
+		if n > 0 && latest[n-1] > o.Return {
+			ops[i].Return = latest[n-1]
+		}
+	}
 }
 
 // checkable is the history as porcupine takes it: the model and the
 // compiled operations.
-func (h *History) checkable(untilForever bool) (porcupine.Model, []porcupine.Operation, Counts) {
-	ops, c := h.operations(untilForever)
+func (h *History) checkable(untilForever bool, stale int64) (porcupine.Model, []porcupine.Operation, Counts) {
+	ops, c := h.operations(untilForever, stale)
 	t := newTables(h.Keys)
 	return t.model(), t.compile(ops), c
 }

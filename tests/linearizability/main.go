@@ -6,12 +6,8 @@ package main
 import (
 	"flag"
 	"fmt"
-	"math/rand"
 	"os"
 	"path/filepath"
-	"sort"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -33,6 +29,11 @@ type config struct {
 	replay       string
 	until        time.Duration
 	saveAll      bool
+	followers    int
+	readers      int
+	bucket       string
+	stale        time.Duration
+	readerThink  time.Duration
 }
 
 func main() {
@@ -57,7 +58,12 @@ func main() {
 	flag.StringVar(&cfg.replay, "replay", "", "check a saved history (JSON) instead of running the server")
 	flag.DurationVar(&cfg.until, "replay-until", 0, "with -replay: check only what was sent before this time into the run")
 	flag.BoolVar(&cfg.saveAll, "save-all", false, "save every history under -out, not only failing ones")
+	flag.IntVar(&cfg.followers, "followers", 0, "put the store on S3 ($KIVI_S3_BUCKET, AWS_* as tests/s3/versitygw.sh writes them) and serve it from this many followers too")
+	flag.IntVar(&cfg.readers, "readers", 4, fmt.Sprintf("with -followers: clients reading from the followers (at most %d), besides -clients on the writer", maxSessions))
+	flag.DurationVar(&cfg.stale, "stale", 0, "check follower reads as at most this stale first, then, if that fails, as stale as can be (0: only the latter)")
+	flag.DurationVar(&cfg.readerThink, "reader-think", 200*time.Millisecond, "a follower reader's pause between requests, at most (random)")
 	flag.Parse()
+	cfg.bucket = os.Getenv("KIVI_S3_BUCKET")
 	cfg.forever = until == "forever"
 	if until != "death" && until != "forever" {
 		fatalf("-unknown-until is death or forever")
@@ -86,6 +92,9 @@ func main() {
 	}
 	if cfg.keys < 1 || cfg.keys > maxKeys {
 		fatalf("-keys is 1 to %d", maxKeys)
+	}
+	if cfg.followers > 0 && (cfg.bucket == "" || cfg.readers < 1 || cfg.readers > maxSessions) {
+		fatalf("-followers needs KIVI_S3_BUCKET (and AWS_*) set, and -readers 1 to %d", maxSessions)
 	}
 	os.Exit(campaign(&cfg))
 }
@@ -151,12 +160,29 @@ func verdict(r porcupine.CheckResult) string {
 	return "UNDECIDED (the checker timed out)"
 }
 
+// decide runs porcupine on a history. With cfg.stale, follower reads are
+// first taken as at most that stale, which keeps the search smaller; kivi
+// promises no bound, so a history rejected that way is checked again with
+// follower reads as stale as can be, and only that verdict is final.
+func decide(h *History, cfg *config) (porcupine.CheckResult, porcupine.Model, []porcupine.Operation, Counts) {
+	stale := int64(cfg.stale)
+	if stale == 0 {
+		stale = forever
+	}
+	model, ops, c := h.checkable(cfg.forever, stale)
+	res := porcupine.CheckOperationsTimeout(model, ops, cfg.checkTimeout)
+	if res != porcupine.Ok && c.FollowerReads > 0 && stale != forever {
+		model, ops, c = h.checkable(cfg.forever, forever)
+		res = porcupine.CheckOperationsTimeout(model, ops, cfg.checkTimeout)
+	}
+	return res, model, ops, c
+}
+
 // check runs porcupine on a history; when it is not found linearizable,
 // the history and porcupine's visualization are saved under cfg.out.
 func check(h *History, cfg *config, name string) (porcupine.CheckResult, Counts, time.Duration) {
-	model, ops, c := h.checkable(cfg.forever)
 	t := time.Now()
-	res := porcupine.CheckOperationsTimeout(model, ops, cfg.checkTimeout)
+	res, model, ops, c := decide(h, cfg)
 	dt := time.Since(t)
 	if res != porcupine.Ok || cfg.saveAll {
 		if err := os.MkdirAll(cfg.out, 0o755); err == nil {
@@ -177,129 +203,4 @@ func check(h *History, cfg *config, name string) (porcupine.CheckResult, Counts,
 		}
 	}
 	return res, c, dt
-}
-
-// record runs the server and the clients for one history.
-func record(cfg *config, seed int64) (*History, error) {
-	r := rand.New(rand.NewSource(seed))
-	dir, err := os.MkdirTemp("", "kivi-linearizability-")
-	if err != nil {
-		return nil, err
-	}
-	log, err := os.Create(filepath.Join(dir, "server.log"))
-	if err != nil {
-		return nil, err
-	}
-	defer log.Close()
-	begin := time.Now()
-	clock := func() int64 { return int64(time.Since(begin)) }
-	srv := newServer(cfg.bin, filepath.Join(dir, "store"), log, clock)
-	h := &History{Seed: seed}
-	for i := 0; i < cfg.keys; i++ {
-		h.Keys = append(h.Keys, fmt.Sprintf("k%d", i))
-	}
-	if err := srv.spawn(true); err != nil {
-		return nil, fmt.Errorf("%v (log: %s)", err, log.Name())
-	}
-	stop := make(chan struct{})
-	clients := make([]*client, cfg.clients)
-	var wg sync.WaitGroup
-	for i := range clients {
-		c := &client{id: i, r: rand.New(rand.NewSource(r.Int63())), keys: h.Keys, srv: srv,
-			seen: map[string]string{}, clock: clock}
-		clients[i] = c
-		wg.Add(1)
-		go func() { defer wg.Done(); c.run(stop, cfg.think) }()
-	}
-	var failure error
-	for _, at := range killTimes(r, cfg) {
-		time.Sleep(time.Until(begin.Add(at)))
-		if failure = restart(srv, h, r, clock); failure != nil {
-			break
-		}
-	}
-	time.Sleep(time.Until(begin.Add(cfg.duration)))
-	close(stop)
-	wg.Wait()
-	if failure == nil {
-		// One more kill once every client is done, then one read of
-		// everything: what the last requests left must have survived.
-		failure = restart(srv, h, r, clock)
-	}
-	if failure == nil {
-		final := &client{id: cfg.clients, r: r, keys: h.Keys, srv: srv, seen: map[string]string{}, clock: clock}
-		final.finalRead()
-		clients = append(clients, final)
-	}
-	srv.kill()
-	if failure != nil {
-		return nil, fmt.Errorf("%v (store and log kept in %s)", failure, dir)
-	}
-	for _, c := range clients {
-		h.Ops = append(h.Ops, c.ops...)
-		h.Errors = append(h.Errors, c.errs...)
-	}
-	sort.Slice(h.Ops, func(i, j int) bool { return h.Ops[i].Call < h.Ops[j].Call })
-	h.ServerErrors = logErrors(log.Name())
-	os.RemoveAll(dir)
-	return h, nil
-}
-
-// killTimes spreads the kills over the middle of the run, at random.
-func killTimes(r *rand.Rand, cfg *config) []time.Duration {
-	var at []time.Duration
-	for i := 0; i < cfg.kills; i++ {
-		at = append(at, cfg.duration/10+time.Duration(r.Int63n(int64(cfg.duration*8/10))))
-	}
-	sort.Slice(at, func(i, j int) bool { return at[i] < at[j] })
-	return at
-}
-
-// restart SIGKILLs the server and starts it again on the same store. Now
-// and then the new process is killed too, a few milliseconds in, while it
-// recovers, before the one that serves.
-func restart(srv *server, h *History, r *rand.Rand, clock func() int64) error {
-	h.Kills = append(h.Kills, srv.kill())
-	if r.Intn(4) == 0 {
-		if err := srv.spawn(false); err != nil {
-			return err
-		}
-		time.Sleep(time.Duration(r.Intn(30)) * time.Millisecond)
-		h.Kills = append(h.Kills, srv.kill())
-	}
-	time.Sleep(time.Duration(r.Intn(200)) * time.Millisecond)
-	if err := srv.spawn(true); err != nil {
-		return err
-	}
-	h.Kills[len(h.Kills)-1].Up = clock()
-	return nil
-}
-
-// finalRead reads the whole key set once, after the last restart.
-func (c *client) finalRead() {
-	stop := make(chan struct{})
-	cn, epoch := c.connect(stop)
-	defer cn.close()
-	in := Input{Cmds: [][]string{{"RANGE", "", ""}}}
-	op := Op{Client: c.id, Input: in, Epoch: epoch, Call: c.clock()}
-	reply, err := c.do(cn, in)
-	op.Return = c.clock()
-	op.Output = Output{Unknown: err != nil, Reply: reply}
-	c.ops = append(c.ops, op)
-}
-
-// logErrors is what the server logged at ERROR, or a panic: worth a look
-// even when the history is linearizable.
-func logErrors(path string) []string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return []string{err.Error()}
-	}
-	var found []string
-	for _, line := range strings.Split(string(b), "\n") {
-		if strings.Contains(line, " ERROR ") || strings.Contains(line, "panicked") {
-			found = append(found, line)
-		}
-	}
-	return found
 }

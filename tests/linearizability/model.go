@@ -32,6 +32,9 @@ type Input struct {
 	Cmds    [][]string
 	Session int `json:",omitempty"`
 	Seq     int `json:",omitempty"`
+	// Set for the model by History.operations: when the request was
+	// sent, and when it returned.
+	call, returned int64
 }
 
 // Output is the reply's canonical text (resp.go), or Unknown when none came
@@ -58,11 +61,13 @@ const (
 	text
 )
 
-// State is the store, and how many reads of each follower session have
-// been placed.
+// State is the store, how many reads of each follower session have been
+// placed, and the latest call among the requests that changed the store
+// (a follower shows no write sent after its read returned).
 type State struct {
-	c    [maxKeys]cell
-	seen [maxSessions]int32
+	c        [maxKeys]cell
+	seen     [maxSessions]int32
+	lastCall int64
 }
 
 // parseInt reads an integer as kivi does (commands.rs parse_i64): decimal,
@@ -79,11 +84,12 @@ func parseInt(s string) (int64, bool) {
 // wanted. It reports whether it could and the state after.
 func step(s State, op *cop, want *cout) (bool, State) {
 	if op.session > 0 {
-		if s.seen[op.session-1] != int32(op.seq) {
+		if s.seen[op.session-1] != int32(op.seq) || s.lastCall > op.notAfter {
 			return false, s
 		}
 		s.seen[op.session-1]++
 	}
+	before := s.c
 	for i := range op.cmds {
 		var r *reply
 		if want != nil {
@@ -92,6 +98,9 @@ func step(s State, op *cop, want *cout) (bool, State) {
 		if !apply(&s, &op.cmds[i], r) {
 			return false, s
 		}
+	}
+	if s.c != before && op.call > s.lastCall {
+		s.lastCall = op.call
 	}
 	return true, s
 }
@@ -298,6 +307,7 @@ func hash(s *State) uint64 {
 	for _, n := range s.seen {
 		mix(uint64(n))
 	}
+	mix(uint64(s.lastCall))
 	return h
 }
 

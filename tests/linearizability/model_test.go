@@ -30,12 +30,20 @@ func op(c int, call, ret int64, reply string, cmds ...string) Op {
 	return o
 }
 
+// fop is a read of follower session s.
+func fop(s int, call, ret int64, reply string, cmds ...string) Op {
+	o := op(10+s, call, ret, reply, cmds...)
+	o.Input.Session = s
+	return o
+}
+
 // checkOps checks ops, with server epoch 0 killed (reaped) at deathAt.
-func checkOps(t *testing.T, deathAt int64, forever bool, ops ...Op) porcupine.CheckResult {
+// Follower reads may be as stale as can be.
+func checkOps(t *testing.T, deathAt int64, untilForever bool, ops ...Op) porcupine.CheckResult {
 	t.Helper()
 	h := &History{Keys: []string{"k0", "k1", "k2"}, Ops: ops,
 		Kills: []Kill{{Epoch: 0, Start: deathAt - 1, Dead: deathAt, Up: deathAt + 1}}}
-	model, pops, _ := h.checkable(forever)
+	model, pops, _ := h.checkable(untilForever, forever)
 	return porcupine.CheckOperationsTimeout(model, pops, 10*time.Second)
 }
 
@@ -147,6 +155,42 @@ func TestUnknownOutcomes(t *testing.T) {
 	expect(t, porcupine.Ok, "an unanswered read", 10, false, op(0, 0, 0, "?", "GET k0"))
 }
 
+// A follower may lag, but shows states of the writer's order, in order,
+// and none from the future.
+func TestFollowerReads(t *testing.T) {
+	w := []Op{op(0, 0, 10, "+OK", "SET k0 1"), op(0, 20, 30, "+OK", "SET k0 2")}
+	expect(t, porcupine.Ok, "a stale follower read", never, false,
+		append(w, fop(1, 40, 50, `"1"`, "GET k0"))...)
+	expect(t, porcupine.Ok, "a follower read older than another session's", never, false,
+		append(w, fop(1, 40, 50, `"2"`, "GET k0"), fop(2, 60, 70, `"1"`, "GET k0"))...)
+	expect(t, porcupine.Illegal, "a follower session going back", never, false,
+		append(w, fop(1, 40, 50, `"2"`, "GET k0"), fop(1, 60, 70, `"1"`, "GET k0"))...)
+	expect(t, porcupine.Illegal, "a follower read from the future", never, false,
+		append(w, fop(1, 12, 15, `"2"`, "GET k0"))...)
+	// A follower applies a commit once it is in the store, before the
+	// writer has heard back and shows it to its own readers.
+	expect(t, porcupine.Ok, "a follower ahead of the writer's readers", never, false,
+		op(0, 0, 10, "+OK", "SET k0 1"), op(0, 20, 60, "+OK", "SET k0 2"),
+		fop(1, 30, 35, `"2"`, "GET k0"), op(1, 40, 45, `"1"`, "GET k0"))
+	expect(t, porcupine.Illegal, "the same, the writer's reader sent after the write returned", never, false,
+		op(0, 0, 10, "+OK", "SET k0 1"), op(0, 20, 38, "+OK", "SET k0 2"),
+		fop(1, 30, 35, `"2"`, "GET k0"), op(1, 40, 45, `"1"`, "GET k0"))
+	expect(t, porcupine.Illegal, "a follower read of a value never written", never, false,
+		append(w, fop(1, 40, 50, `"3"`, "GET k0"))...)
+	tx := op(0, 100, 110, "[+OK, +OK]", "SET k1 1", "SET k2 1")
+	expect(t, porcupine.Illegal, "a follower read seeing half a transaction", never, false,
+		tx, fop(1, 120, 130, `["k1", "1"]`, "RANGE k1 "))
+	expect(t, porcupine.Ok, "a follower read seeing all of it", never, false,
+		tx, fop(1, 120, 130, `["k1", "1", "k2", "1"]`, "RANGE k1 "))
+	// A write the writer never answered, shown by a follower, must
+	// survive the writer's restart.
+	u := op(0, 0, 0, "?", "SET k0 1")
+	expect(t, porcupine.Ok, "an unanswered write a follower saw, kept", 10, false,
+		u, fop(1, 5, 8, `"1"`, "GET k0"), op(1, 20, 30, `"1"`, "GET k0"))
+	expect(t, porcupine.Illegal, "an unanswered write a follower saw, lost", 10, false,
+		u, fop(1, 5, 8, `"1"`, "GET k0"), op(1, 20, 30, "nil", "GET k0"))
+}
+
 // -tamper's planted stale read is rejected, in a history that was
 // linearizable before.
 func TestPlantedStaleReadIsRejected(t *testing.T) {
@@ -157,7 +201,7 @@ func TestPlantedStaleReadIsRejected(t *testing.T) {
 		op(2, 40, 50, `"2"`, "GET k0"),
 	}}
 	cfg := &config{checkTimeout: 10 * time.Second}
-	model, ops, _ := h.checkable(false)
+	model, ops, _ := h.checkable(false, 0)
 	if r := porcupine.CheckOperations(model, ops); !r {
 		t.Fatal("the untouched history is not linearizable")
 	}

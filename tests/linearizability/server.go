@@ -1,6 +1,6 @@
 package main
 
-// The kivi server under test: started on a store directory, SIGKILLed and
+// A kivi server process under test: started on its store, SIGKILLed and
 // started again on it. Each process is an epoch; clients learn which one
 // they reached from its process id (INFO server), since a restarted server
 // may get the port its predecessor had.
@@ -17,9 +17,10 @@ import (
 )
 
 type server struct {
-	bin, dir string
-	log      *os.File // every process's standard error, one after another
-	clock    func() int64
+	bin   string
+	args  []string // the store: -d DIR serve, -d URL serve, serve --follow URL
+	log   *os.File // every process's standard error, one after another
+	clock func() int64
 
 	mu    sync.Mutex
 	cmd   *exec.Cmd
@@ -29,9 +30,9 @@ type server struct {
 	pids  map[int]int   // process id -> epoch
 }
 
-func newServer(bin, dir string, log *os.File, clock func() int64) *server {
+func newServer(bin string, args []string, log *os.File, clock func() int64) *server {
 	return &server{
-		bin: bin, dir: dir, log: log, clock: clock,
+		bin: bin, args: args, log: log, clock: clock,
 		epoch: -1, ready: make(chan struct{}), pids: map[int]int{},
 	}
 }
@@ -40,7 +41,7 @@ func newServer(bin, dir string, log *os.File, clock func() int64) *server {
 // listens and makes it the one clients reach; without, right away (a
 // process to be killed while it recovers).
 func (s *server) spawn(wait bool) error {
-	cmd := exec.Command(s.bin, "-d", s.dir, "serve", "--resp", "127.0.0.1:0")
+	cmd := exec.Command(s.bin, append(s.args, "--resp", "127.0.0.1:0")...)
 	cmd.Stderr = s.log
 	r, w, err := os.Pipe()
 	if err != nil {

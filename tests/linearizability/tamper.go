@@ -17,8 +17,7 @@ func tamperCheck(h *History, cfg *config) string {
 	if !ok {
 		return "no stale read to plant"
 	}
-	model, ops, _ := bad.checkable(cfg.forever)
-	res := porcupine.CheckOperationsTimeout(model, ops, cfg.checkTimeout)
+	res, _, _, _ := decide(bad, cfg)
 	if res == porcupine.Illegal {
 		return "a planted stale read is rejected"
 	}
