@@ -125,6 +125,7 @@ func campaign(cfg *config) int {
 		total.Ops += c.Ops
 		total.Unknown += c.Unknown
 		total.Dropped += c.Dropped
+		total.FollowerReads += c.FollowerReads
 		total.Errors += c.Errors
 		note := ""
 		if c.Errors > 0 {
@@ -136,14 +137,18 @@ func campaign(cfg *config) int {
 		if res == porcupine.Ok && cfg.tamper {
 			note += ", " + tamperCheck(h, cfg)
 		}
-		fmt.Printf("%s: %d ops, %d unanswered (%d left out), %d kills, check %.1fs: %s%s\n",
-			name, c.Ops, c.Unknown, c.Dropped, c.Kills, dt.Seconds(), verdict(res), note)
+		onFollowers := ""
+		if c.FollowerReads > 0 {
+			onFollowers = fmt.Sprintf(" (%d reads on followers)", c.FollowerReads)
+		}
+		fmt.Printf("%s: %d ops%s, %d unanswered (%d left out), %d kills, check %.1fs: %s%s\n",
+			name, c.Ops, onFollowers, c.Unknown, c.Dropped, c.Kills, dt.Seconds(), verdict(res), note)
 		if res != porcupine.Ok {
 			failed++
 		}
 	}
-	fmt.Printf("total: %d histories, %d ops checked, %d kills, %d unanswered requests (%d writes checked as maybe applied, %d left out), %d unexpected errors, %d not linearizable or unchecked, %s\n",
-		cfg.histories, total.Ops, kills, total.Unknown, total.Unknown-total.Dropped, total.Dropped, total.Errors, failed, time.Since(begin).Round(time.Second))
+	fmt.Printf("total: %d histories, %d ops checked (%d reads on followers), %d kills, %d unanswered requests (%d writes checked as maybe applied, %d left out), %d unexpected errors, %d not linearizable or unchecked, %s\n",
+		cfg.histories, total.Ops, total.FollowerReads, kills, total.Unknown, total.Unknown-total.Dropped, total.Dropped, total.Errors, failed, time.Since(begin).Round(time.Second))
 	if failed > 0 || tamperFailures > 0 {
 		return 1
 	}
