@@ -56,8 +56,12 @@ for t in "${targets[@]}"; do
     # before a crash) has the coverage; the final stats the executions.
     last=$(grep -E '^#[0-9]+' "$log" | tail -n 1 || true)
     field() { sed -nE "s/.* $1: ([0-9]+).*/\\1/p" <<<"$last"; }
+    # (In fork mode, FUZZ_ARGS=-fork=N, there are no final stats: the
+    # status line's count, over the time asked for, stands in.)
     runs=$(sed -nE 's/^stat::number_of_executed_units: *([0-9]+)/\1/p' "$log" | tail -n 1)
+    runs=${runs:-$(sed -nE 's/^#([0-9]+).*/\1/p' <<<"$last")}
     rate=$(sed -nE 's/^stat::average_exec_per_sec: *([0-9]+)/\1/p' "$log" | tail -n 1)
+    rate=${rate:-$((${runs:-0} / seconds))}
     corp=$(sed -nE 's/.* corp: ([0-9]+).*/\1/p' <<<"$last")
     # Crashes, hangs and running out of memory each leave an input.
     crashes=$(($(find "artifacts/$t" -type f | wc -l) - before))
