@@ -90,6 +90,14 @@ for line in sys.stdin:
         print(m["executable"])')
 "$memory_test" --ignored >"$scratch/memory_limit.log" 2>&1 &
 memory_limit=$!
+# Coverage-guided fuzzing (fuzz/, nightly toolchain, libFuzzer): every
+# decoder of untrusted bytes a few seconds each, from its committed corpus.
+# cargo test above replayed the corpora and the regression inputs; this
+# builds the targets and searches briefly for new crashes, in the
+# background too (the campaign's figures are in docs/reliability.md).
+rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
+fuzz/run.sh 4 >"$scratch/fuzz.log" 2>&1 &
+fuzzing=$!
 # The server with redis-py, redis-cli and redis-benchmark. Their Python
 # packages go into a virtual environment of the repository's own: stock
 # Debian's Python refuses `pip install` into the system (PEP 668).
@@ -140,9 +148,15 @@ tests/s3/versitygw.sh start "$s3dir"
 $kivi bench --stores kivi,lmdb,rocksdb,leveldb,redb,fjall -n 10000 --max-seconds 1 --dir "$scratch/bench"
 # The sealed-table benchmark works (sparkey's workload, tiny).
 $kivi bench --tables -n 10000 --lookups 10000 --dir "$scratch/bench-tables"
-# The memory-limit tests, started after cargo test above.
+# The memory-limit tests and the fuzzing, started after cargo test above.
 wait "$memory_limit" || { cat "$scratch/memory_limit.log" >&2; exit 1; }
 grep -E "^test result" "$scratch/memory_limit.log"
+wait "$fuzzing" || { cat "$scratch/fuzz.log" >&2; exit 1; }
+cat "$scratch/fuzz.log"
+# Linearizability under kill -9 (tests/linearizability/, Go and porcupine):
+# two histories of 16 clients with the server killed mid-run, each checked,
+# and the checker shown to reject planted violations.
+KIVI_BIN=$kivi tests/linearizability/run.sh 2 "$scratch/linearizability"
 # The kivi a plain build makes, without the benchmark suite: lint-clean, and
 # `kivi bench` there says how to get it. Last: it builds kivi again in the
 # place of the one the tests above ran. (Built beside the whole workspace
