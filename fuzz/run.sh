@@ -36,7 +36,10 @@ else
 fi
 
 bin=target/x86_64-unknown-linux-gnu/release
-scratch=target/run
+# One scratch folder per run (by process id), so that a short run (./test.sh)
+# beside a long campaign does not delete the campaign's folder; kept only
+# when a target crashed (its log is named below).
+scratch=target/run/$$
 rm -rf "$scratch"
 failed=()
 printf '%-18s %12s %9s %7s %7s %7s %8s\n' target executions "exec/s" cov ft corpus crashes
@@ -78,3 +81,4 @@ if [ ${#failed[@]} -gt 0 ]; then
     done
     exit 1
 fi
+rm -rf "$scratch"
