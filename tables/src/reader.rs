@@ -311,7 +311,11 @@ impl Table {
             return Err(Error::corrupt(
                 &self.index_path,
                 self.slot_offset(s),
-                format!("index slot {s} points at a DELETE entry (log offset {block})"),
+                format!(
+                    "index slot {s} points at a DELETE entry (log offset {block} of {}): the slot \
+                     or the entry is damaged",
+                    self.log_path.display()
+                ),
             ));
         }
         if e.key.as_ref() == key {

@@ -542,7 +542,8 @@ fn small_table(dir: &Path) -> (PathBuf, Vec<u8>, Vec<u8>, usize) {
 /// An index slot is made of its entry's key's hash: a slot pointing at an
 /// entry whose key hashes otherwise is damage, reported naming both files
 /// (the campaign found such lookups answering "absent" for a present key:
-/// a flipped byte of the key in the log, or of the slot's address).
+/// a flipped byte of the key in the log, or of the slot's address), as is
+/// a slot pointing at a DELETE.
 #[test]
 fn a_slot_whose_entry_hashes_otherwise_is_an_error_not_an_absent_key() {
     let dir = tempfile::tempdir().unwrap();
@@ -564,6 +565,17 @@ fn a_slot_whose_entry_hashes_otherwise_is_an_error_not_an_absent_key() {
     let e = t.get_many(&[key(3)]).expect_err("get_many as get");
     assert!(both(&e), "{e}");
     drop(t);
+    std::fs::write(&log_path, &log).unwrap();
+    // key/0003's entry made a DELETE (the campaign found a compressed
+    // block damaged this way reported as the index's alone).
+    let mut damaged = log.clone();
+    damaged[at] = 0;
+    std::fs::write(&log_path, &damaged).unwrap();
+    let e = Table::open(&base)
+        .unwrap()
+        .get(&key(3))
+        .expect_err("a DELETE");
+    assert!(both(&e) && e.to_string().contains("DELETE"), "{e}");
     std::fs::write(&log_path, &log).unwrap();
     // key/0003's slot pointing at key/0004's entry instead.
     let addr = (at as u32).to_le_bytes();
