@@ -11,6 +11,7 @@ import (
 	"math/rand"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -24,9 +25,12 @@ type client struct {
 	seen map[string]string
 	// A follower's reader: its session (1...), and only reads.
 	session int
-	ops     []Op
-	errs    []string
-	clock   func() int64
+	// Until this time (clock), no pauses: the moments before a kill, so
+	// that most clients have a request in flight when it comes.
+	rush  *atomic.Int64
+	ops   []Op
+	errs  []string
+	clock func() int64
 }
 
 // value is what SET and CAS write: mostly integers (INCR then counts on
@@ -285,7 +289,7 @@ func (c *client) run(stop <-chan struct{}, think time.Duration) {
 			}
 		}
 		c.ops = append(c.ops, op)
-		if think > 0 {
+		if think > 0 && (c.rush == nil || c.clock() > c.rush.Load()) {
 			time.Sleep(time.Duration(c.r.Int63n(int64(think))))
 		}
 	}

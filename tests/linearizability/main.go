@@ -34,6 +34,7 @@ type config struct {
 	bucket       string
 	stale        time.Duration
 	readerThink  time.Duration
+	rush         time.Duration
 }
 
 func main() {
@@ -50,10 +51,11 @@ func main() {
 	// much that porcupine's search (exponential in the overlap) takes
 	// minutes per history instead of seconds.
 	flag.DurationVar(&cfg.think, "think", 50*time.Millisecond, "a client's pause between requests, at most (random)")
+	flag.DurationVar(&cfg.rush, "rush", 0, "how long before each kill the clients stop pausing, so that most have a request in flight when it comes (0: they do not; 100ms makes a check take minutes)")
 	flag.Int64Var(&cfg.seed, "seed", 0, "random seed (0: from the clock); history i uses seed+i")
 	flag.StringVar(&cfg.out, "out", "linearizability-failures", "where a failing history and its visualization go")
 	flag.DurationVar(&cfg.checkTimeout, "check-timeout", 5*time.Minute, "most time porcupine may take per history")
-	flag.StringVar(&until, "unknown-until", "death", "an unanswered request's interval ends at its server's death, or 'forever'")
+	flag.StringVar(&until, "unknown-until", "death", "an unanswered request's interval ends at its server's death (on S3: when the next writer listens), or 'forever'")
 	flag.BoolVar(&cfg.tamper, "tamper", false, "also plant a stale read in each history and require porcupine to reject it")
 	flag.StringVar(&cfg.replay, "replay", "", "check a saved history (JSON) instead of running the server")
 	flag.DurationVar(&cfg.until, "replay-until", 0, "with -replay: check only what was sent before this time into the run")

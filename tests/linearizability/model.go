@@ -10,6 +10,7 @@ package main
 // cells, replies structures; a step then compares without allocating.
 
 import (
+	"sort"
 	"strconv"
 	"strings"
 
@@ -196,14 +197,7 @@ func (t *tables) model() porcupine.Model {
 			want = out
 		}
 		var found []State
-		add := func(s State) {
-			for _, f := range found {
-				if f == s {
-					return
-				}
-			}
-			found = append(found, s)
-		}
+		add := func(s State) { found = append(found, s) }
 		try := func(s State) {
 			if ok, n := step(s, op, want); ok {
 				add(n)
@@ -224,6 +218,7 @@ func (t *tables) model() porcupine.Model {
 				try(s)
 			}
 		}
+		found = canonical(found)
 		switch len(found) {
 		case 0:
 			return false, state
@@ -240,19 +235,15 @@ func (t *tables) model() porcupine.Model {
 			case State:
 				y, ok := b.(State)
 				return ok && x == y
-			case []State:
+			case []State: // canonical: sorted, without repeats
 				y, ok := b.([]State)
 				if !ok || len(x) != len(y) {
 					return false
 				}
-			outer:
-				for _, s := range x {
-					for _, u := range y {
-						if s == u {
-							continue outer
-						}
+				for i := range x {
+					if x[i] != y[i] {
+						return false
 					}
-					return false
 				}
 				return true
 			}
@@ -288,6 +279,40 @@ func (t *tables) model() porcupine.Model {
 			return "?"
 		},
 	}
+}
+
+// canonical sorts a set of states and drops repeats, so that sets compare
+// element by element: after many unanswered requests (a stalled server
+// killed with all 16 clients waiting) a set can hold thousands of states.
+func canonical(set []State) []State {
+	if len(set) < 2 {
+		return set
+	}
+	sort.Slice(set, func(i, j int) bool { return less(&set[i], &set[j]) })
+	out := set[:1]
+	for _, s := range set[1:] {
+		if s != out[len(out)-1] {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func less(a, b *State) bool {
+	for i := range a.c {
+		if a.c[i] != b.c[i] {
+			if a.c[i].kind != b.c[i].kind {
+				return a.c[i].kind < b.c[i].kind
+			}
+			return a.c[i].n < b.c[i].n
+		}
+	}
+	for i := range a.seen {
+		if a.seen[i] != b.seen[i] {
+			return a.seen[i] < b.seen[i]
+		}
+	}
+	return a.lastCall < b.lastCall
 }
 
 func b2i(b bool) int64 {

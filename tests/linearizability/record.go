@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -87,9 +88,10 @@ func record(cfg *config, seed int64) (*History, error) {
 		wg.Add(1)
 		go func() { defer wg.Done(); c.run(stop, think) }()
 	}
+	var rush atomic.Int64
 	for i := 0; i < cfg.clients; i++ {
 		start(&client{id: i, r: rand.New(rand.NewSource(r.Int63())), keys: h.Keys, srv: srv,
-			seen: map[string]string{}, clock: clock})
+			seen: map[string]string{}, rush: &rush, clock: clock})
 	}
 	for i := 0; i < cfg.readers && len(followers) > 0; i++ {
 		start(&client{id: cfg.clients + i, r: rand.New(rand.NewSource(r.Int63())), keys: h.Keys,
@@ -97,6 +99,13 @@ func record(cfg *config, seed int64) (*History, error) {
 	}
 	var failure error
 	for _, at := range killTimes(r, cfg) {
+		// The writer's clients stop pausing a little before the kill
+		// (longer than a pause): most of them then have a request in
+		// flight when it comes, where otherwise two or three would.
+		if cfg.rush > 0 {
+			time.Sleep(time.Until(begin.Add(at - cfg.rush)))
+			rush.Store(int64(at))
+		}
 		time.Sleep(time.Until(begin.Add(at)))
 		if failure = restart(srv, h, r, clock); failure != nil {
 			break
