@@ -87,7 +87,10 @@ pub(crate) fn run(
         }
         if store.storage().is_fenced() {
             // Another writer took over: nothing here may be written again,
-            // so there is nothing to merge, checkpoint or reclaim.
+            // so there is nothing to merge, checkpoint or reclaim (and a
+            // reclaim left wanting more must not keep the wait at zero:
+            // the loop would spin until the store closes).
+            reclaim_more = false;
             continue;
         }
         let counters = store.counters();
