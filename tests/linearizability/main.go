@@ -179,7 +179,9 @@ func decide(h *History, cfg *config) (porcupine.CheckResult, porcupine.Model, []
 		quick.stale = int64(cfg.stale)
 	}
 	model, ops, c := h.checkable(quick)
-	if porcupine.CheckOperationsTimeout(model, ops, cfg.checkTimeout/5) == porcupine.Ok {
+	// When the narrowed history is not linearizable, proving it takes
+	// porcupine its whole search: cut that short, the full check decides.
+	if porcupine.CheckOperationsTimeout(model, ops, min(cfg.checkTimeout/5, 10*time.Second)) == porcupine.Ok {
 		return porcupine.Ok, model, ops, c
 	}
 	model, ops, c = h.checkable(full)

@@ -192,6 +192,15 @@ func TestFollowerReads(t *testing.T) {
 		tx, fop(1, 120, 130, `["k1", "1"]`, "RANGE k1 "))
 	expect(t, porcupine.Ok, "a follower read seeing all of it", never, false,
 		tx, fop(1, 120, 130, `["k1", "1", "k2", "1"]`, "RANGE k1 "))
+	// A follower read's interval starts at the earliest request that could
+	// have written what it shows: an INCR whose answer never came may have
+	// written any integer.
+	expect(t, porcupine.Ok, "a follower showing what an unanswered INCR wrote, ahead of the writer", 100, false,
+		op(0, 0, 5, "+OK", "SET k0 5"), op(1, 10, 10, "?", "INCR k0"),
+		fop(1, 50, 60, `"6"`, "GET k0"), op(2, 70, 80, `"5"`, "GET k0"))
+	expect(t, porcupine.Ok, "a follower showing, stale, what an INCR answered", never, false,
+		op(0, 0, 5, ":1", "INCR k0"), op(0, 10, 15, ":2", "INCR k0"),
+		fop(1, 50, 60, `["k0", "1"]`, "RANGE k0 k1"))
 	// A write the writer never answered, shown by a follower, must
 	// survive the writer's restart.
 	u := op(0, 0, 0, "?", "SET k0 1")

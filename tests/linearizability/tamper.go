@@ -54,7 +54,8 @@ func plantStaleRead(h *History) (*History, bool) {
 		}
 	}
 	for gi, g := range h.Ops {
-		if g.Output.Unknown || g.Input.Multi || g.Input.Cmds[0][0] != "GET" {
+		// A follower may answer stale values: only the writer's reads.
+		if g.Output.Unknown || g.Input.Multi || g.Input.Session > 0 || g.Input.Cmds[0][0] != "GET" {
 			continue
 		}
 		k := g.Input.Cmds[0][1]
